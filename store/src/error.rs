@@ -1,0 +1,76 @@
+//! The store's one error type.
+//!
+//! Callers care about three questions, and the variants answer them:
+//! is the data on disk damaged ([`StoreError::Corrupt`]), is the disk full
+//! ([`StoreError::DiskFull`], retry after retention frees space), or did the
+//! caller ask for something impossible ([`StoreError::BadArgument`],
+//! [`StoreError::NotRecordBoundary`], [`StoreError::OutOfRange`])? Everything
+//! else is an I/O failure of the host.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Bytes read from disk failed validation (length, magic, CRC, layout).
+    #[error("corrupt data in {file} at offset {offset}: {reason}")]
+    Corrupt { file: PathBuf, offset: u64, reason: String },
+
+    /// Disk usage is above the refuse-writes watermark; appends are rejected
+    /// until retention frees space.
+    #[error(
+        "disk full: {used_percent:.1}% of the store's file system is used (writes refused above {limit_percent:.1}%)"
+    )]
+    DiskFull { used_percent: f64, limit_percent: f64 },
+
+    /// The caller passed a value the store cannot accept (too large a record,
+    /// an invalid name, a bad config value).
+    #[error("bad argument: {0}")]
+    BadArgument(String),
+
+    /// `truncate` was asked to cut inside a record.
+    #[error("offset {offset} is not a record boundary")]
+    NotRecordBoundary { offset: u64 },
+
+    /// An offset outside `[min, max]` of the log or queue.
+    #[error("offset {offset} is out of range [{min}, {max})")]
+    OutOfRange { offset: u64, min: u64, max: u64 },
+
+    /// The store has been closed.
+    #[error("the store is closed")]
+    Closed,
+
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn corrupt(file: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
+        StoreError::Corrupt {
+            file: file.into(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Attaches a path to an `io::Error`.
+pub(crate) trait IoContext<T> {
+    fn at(self, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn at(self, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

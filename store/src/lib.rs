@@ -1,0 +1,58 @@
+//! raftmq-store: the storage engine of a raftmq broker node.
+//!
+//! It knows nothing of Raft or gRPC: it stores opaque records (one per Raft
+//! entry, written once) and the indexes a message broker needs over them.
+//!
+//! # Module map
+//!
+//! | module            | what it holds                                                        |
+//! |-------------------|----------------------------------------------------------------------|
+//! | [`record`]        | the record codec: header layout, CRC, end-of-segment marker          |
+//! | `mapped_file`     | a preallocated, memory-mapped file (segments and index files)        |
+//! | `packed`          | sector-packed 20-byte unit arrays (ConsumeQueue, key index)           |
+//! | [`commitlog`]     | the CommitLog: segments, append, zero-copy reads, truncate, purge    |
+//! | `flush`           | the background flusher and group commit                              |
+//! | `recovery`        | the start-up scan that finds the end of valid data                    |
+//! | [`checkpoint`]    | the `checkpoint` file: how far data and indexes are known durable    |
+//! | [`consume_queue`] | one queue's index: queue offset -> (physical offset, size, tag hash)  |
+//! | [`queue_table`]   | all ConsumeQueues of a node, by topic and queue id                    |
+//! | [`key_index`]     | hash index from message key to physical offsets                      |
+//! | [`retention`]     | which segments to delete, by age and disk-use watermarks             |
+//! | [`store`]         | [`Store`]: all of the above, the `abort` marker, dispatch, recovery   |
+//! | [`config`]        | typed configuration with defaults and validation                    |
+//! | [`error`]         | [`StoreError`]                                                        |
+//!
+//! # Data flow
+//!
+//! ```text
+//!  append(records) ──► CommitLog segments ──► flusher (msync, group commit)
+//!                          │      ▲                     │
+//!                          │      └── read(offset) ◄─── readers (zero-copy views)
+//!                          ▼
+//!  dispatch(entry) ──► ConsumeQueue (topic, queue) ──► queue offset
+//!                 └──► key index (key -> physical offset)
+//!
+//!  open(): abort marker? ──► recovery scan from checkpoint ──► truncate at the
+//!          first torn record ──► cut indexes back to the dispatch checkpoint
+//! ```
+//!
+//! # On-disk layout of one node
+//!
+//! ```text
+//! <dir>/commitlog/<20-digit start offset>       segments (record::*)
+//! <dir>/consumequeue/<topic>/<queue>/<20-digit first queue offset>
+//! <dir>/index/<20-digit first physical offset>  key index files
+//! <dir>/checkpoint                              checkpoint::*
+//! <dir>/abort                                   present while the store is open
+//! ```
+
+pub mod config;
+pub mod error;
+mod mapped_file;
+mod packed;
+pub mod record;
+// (modules are added here as they land)
+
+pub use config::{FlushMode, RetentionConfig, StoreConfig};
+pub use error::{Result, StoreError};
+pub use record::RecordMeta;
