@@ -52,7 +52,13 @@ mod mapped_file;
 mod packed;
 pub mod record;
 // (modules are added here as they land)
+pub mod checkpoint;
+pub mod commitlog;
+mod flush;
+mod recovery;
+pub mod retention;
 
+pub use commitlog::{Appended, CommitLog, LogSlice, NewRecord, RecordRef};
 pub use config::{FlushMode, RetentionConfig, StoreConfig};
 pub use error::{Result, StoreError};
 pub use record::RecordMeta;

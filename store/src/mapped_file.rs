@@ -111,6 +111,11 @@ impl MappedFile {
         &self.path
     }
 
+    /// Records that the file was renamed.
+    pub fn set_path(&mut self, path: PathBuf) {
+        self.path = path;
+    }
+
     pub fn len(&self) -> u64 {
         self.len
     }

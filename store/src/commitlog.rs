@@ -1,0 +1,748 @@
+//! The CommitLog: records in fixed-size, memory-mapped segment files.
+//!
+//! A physical offset is a byte position in the log as a whole; segment `k`
+//! covers `[start_k, start_k + segment_size)` and is the file
+//! `commitlog/<20-digit start_k>`. Segments are contiguous. Record layout and
+//! the rule that decides when a segment is closed are in [`crate::record`].
+//!
+//! # Concurrency
+//!
+//! One writer at a time (append, truncate, purge and reset take `writer`);
+//! any number of readers. The writer copies records into the free tail of the
+//! newest segment, then publishes the new end with a release store of
+//! `written`; readers load it with acquire and only look below it. Bytes
+//! below `written` are never modified while a reader may hold a view of them:
+//! views ([`LogSlice`], [`RecordRef`]) keep their segment alive through an
+//! `Arc`, purge only unlinks files (the mapping lives on until the last view
+//! is dropped), and truncate zeroes a segment in place only when no view of
+//! it exists; otherwise it writes the kept prefix to a fresh file and renames
+//! it over the old one, leaving old views reading the old, unchanged inode.
+
+use std::fs;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::checkpoint::CheckpointFile;
+use crate::config::StoreConfig;
+use crate::error::{IoContext, Result, StoreError};
+use crate::flush::{DurableCallback, FlushShared};
+use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
+use crate::record::{self, Decoded, EOS_LEN, HEADER_LEN, RecordMeta};
+use crate::recovery;
+
+/// Directory of the segments inside the store directory.
+pub const COMMITLOG_DIR: &str = "commitlog";
+
+/// One segment file.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub start: u64,
+    pub file: MappedFile,
+}
+
+impl Segment {
+    pub fn end(&self) -> u64 {
+        self.start + self.file.len()
+    }
+}
+
+/// Name of the segment starting at `start`.
+pub(crate) fn segment_name(start: u64) -> String {
+    format!("{start:020}")
+}
+
+/// A record to append.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRecord<'a> {
+    pub meta: RecordMeta,
+    pub payload: &'a [u8],
+}
+
+/// Where an appended batch landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// Physical offset of each record, in order.
+    pub offsets: Vec<u64>,
+    /// The log's end after the batch: pass it to [`CommitLog::wait_durable`]
+    /// or [`CommitLog::on_durable`].
+    pub end: u64,
+}
+
+/// A zero-copy view of bytes in the log. Cheap to clone; keeps its segment
+/// mapped while alive.
+#[derive(Clone)]
+pub struct LogSlice {
+    seg: Arc<Segment>,
+    pos: u64,
+    len: u64,
+}
+
+impl LogSlice {
+    /// Physical offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.seg.start + self.pos
+    }
+}
+
+impl Deref for LogSlice {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the range was checked against the segment when the view was
+        // made, lies below the published write mark, and is never written
+        // while this view (which holds the segment's Arc) exists; see the
+        // module docs. `slice` cannot fail for a range checked at creation.
+        unsafe { self.seg.file.slice(self.pos, self.len) }.unwrap_or(&[])
+    }
+}
+
+impl std::fmt::Debug for LogSlice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LogSlice({}..{})", self.offset(), self.offset() + self.len)
+    }
+}
+
+/// A record read from the log, verified (length, magic, CRC) when read.
+#[derive(Clone, Debug)]
+pub struct RecordRef {
+    bytes: LogSlice,
+    meta: RecordMeta,
+    crc: u32,
+}
+
+impl RecordRef {
+    pub fn offset(&self) -> u64 {
+        self.bytes.offset()
+    }
+    /// Offset of the byte after this record.
+    pub fn end(&self) -> u64 {
+        self.offset() + self.bytes.len() as u64
+    }
+    pub fn meta(&self) -> RecordMeta {
+        self.meta
+    }
+    pub fn crc(&self) -> u32 {
+        self.crc
+    }
+    /// The whole encoded record, header included.
+    pub fn encoded(&self) -> &[u8] {
+        &self.bytes
+    }
+    pub fn payload(&self) -> &[u8] {
+        &self.bytes[HEADER_LEN..]
+    }
+    /// Physical offset of the first payload byte (ConsumeQueue units point
+    /// inside payloads).
+    pub fn payload_offset(&self) -> u64 {
+        self.offset() + HEADER_LEN as u64
+    }
+}
+
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub cfg: StoreConfig,
+    pub map_opts: MapOptions,
+    pub segments: RwLock<Vec<Arc<Segment>>>,
+    pub writer: Mutex<()>,
+    /// End of the last complete record (the next append position).
+    pub written: AtomicU64,
+    /// First readable offset.
+    pub log_start: AtomicU64,
+    /// Disk usage (percent, limit) while appends are refused.
+    pub disk_full: Mutex<Option<(f64, f64)>>,
+    pub flush: Arc<FlushShared>,
+    pub checkpoint: Arc<CheckpointFile>,
+    pub closed: AtomicBool,
+}
+
+/// The CommitLog. Cloning gives another handle to the same log.
+#[derive(Clone)]
+pub struct CommitLog {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for CommitLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommitLog")
+            .field("dir", &self.inner.dir)
+            .field("min", &self.min_offset())
+            .field("max", &self.max_offset())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inner {
+    pub fn segs(&self) -> RwLockReadGuard<'_, Vec<Arc<Segment>>> {
+        self.segments.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn segs_mut(&self) -> RwLockWriteGuard<'_, Vec<Arc<Segment>>> {
+        self.segments.write().unwrap_or_else(|e| e.into_inner())
+    }
+    fn seg_size(&self) -> u64 {
+        self.cfg.segment_size
+    }
+    /// The segment covering `offset`, if it exists.
+    fn segment_for(&self, offset: u64) -> Option<Arc<Segment>> {
+        let segs = self.segs();
+        let first = segs.first()?;
+        if offset < first.start {
+            return None;
+        }
+        let i = ((offset - first.start) / self.seg_size()) as usize;
+        segs.get(i).cloned()
+    }
+    fn create_segment(&self, start: u64) -> Result<Arc<Segment>> {
+        let path = self.dir.join(segment_name(start));
+        let file = MappedFile::create(&path, self.seg_size(), self.map_opts)?;
+        sync_dir(&self.dir)?;
+        tracing::debug!(start, path = %path.display(), "created segment");
+        Ok(Arc::new(Segment { start, file }))
+    }
+}
+
+impl CommitLog {
+    /// Opens the CommitLog under `root` (the store directory), creating it if
+    /// needed. `crashed` says the last stop was not clean (the `abort` marker
+    /// was found): then recovery verifies every record from the checkpoint on.
+    pub fn open(root: &Path, cfg: &StoreConfig, crashed: bool) -> Result<CommitLog> {
+        cfg.validate()?;
+        let dir = root.join(COMMITLOG_DIR);
+        fs::create_dir_all(&dir).at(&dir)?;
+        let (checkpoint, found) = CheckpointFile::load(root)?;
+        if let Some(size) = found
+            .map(|c| c.segment_size)
+            .filter(|&s| s != 0 && s != cfg.segment_size)
+        {
+            return Err(StoreError::BadArgument(format!(
+                "segment_size is {} but the existing log in {} was written with {size}; \
+                 the segment size of a log cannot change",
+                cfg.segment_size,
+                root.display()
+            )));
+        }
+        let map_opts = MapOptions {
+            warm_up: cfg.warm_up,
+            mlock: cfg.mlock,
+        };
+        let recovered = recovery::recover(&dir, cfg, map_opts, found, crashed)?;
+        let flushed = recovered.end;
+        let inner = Arc::new(Inner {
+            dir,
+            cfg: cfg.clone(),
+            map_opts,
+            segments: RwLock::new(recovered.segments),
+            writer: Mutex::new(()),
+            written: AtomicU64::new(recovered.end),
+            log_start: AtomicU64::new(recovered.log_start),
+            disk_full: Mutex::new(None),
+            flush: Arc::new(FlushShared::new(flushed)),
+            checkpoint: Arc::new(checkpoint),
+            closed: AtomicBool::new(false),
+        });
+        // Whatever recovery kept may still sit only in the page cache (after a
+        // process crash): make it durable before anyone relies on it.
+        {
+            let segs = inner.segs().clone();
+            for s in &segs {
+                s.file.flush(0, s.file.len())?;
+            }
+        }
+        inner.checkpoint.update(|c| {
+            c.segment_size = inner.cfg.segment_size;
+            c.log_start = recovered.log_start;
+            c.flushed = recovered.end;
+            c.dispatched = c.dispatched.min(recovered.end);
+        })?;
+        crate::flush::spawn_flusher(&inner)?;
+        Ok(CommitLog { inner })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    pub fn checkpoint(&self) -> &Arc<CheckpointFile> {
+        &self.inner.checkpoint
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.cfg
+    }
+
+    /// First readable offset.
+    pub fn min_offset(&self) -> u64 {
+        self.inner.log_start.load(Ordering::Acquire)
+    }
+
+    /// End of the log: the offset the next record will be written at (or the
+    /// start of the next segment, if it does not fit in the current one).
+    pub fn max_offset(&self) -> u64 {
+        self.inner.written.load(Ordering::Acquire)
+    }
+
+    /// Offset up to which data is known durable.
+    pub fn flushed_offset(&self) -> u64 {
+        self.inner.flush.flushed()
+    }
+
+    /// How many msync rounds the flusher has done (for tests and metrics).
+    pub fn flush_count(&self) -> u64 {
+        self.inner.flush.flush_count()
+    }
+
+    /// Start offsets and last-modified times of all segments (for retention).
+    pub fn segment_infos(&self) -> Result<Vec<crate::retention::SegmentInfo>> {
+        let segs = self.inner.segs().clone();
+        segs.iter()
+            .map(|s| {
+                let meta = fs::metadata(s.file.path()).at(s.file.path())?;
+                let modified = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0);
+                Ok(crate::retention::SegmentInfo {
+                    start: s.start,
+                    end: s.end(),
+                    last_modified_ms: modified,
+                })
+            })
+            .collect()
+    }
+
+    /// Refuses (`Some((used_percent, limit_percent))`) or allows (`None`)
+    /// appends; set by retention from the disk-use watermarks.
+    pub fn set_disk_full(&self, state: Option<(f64, f64)>) {
+        *lock(&self.inner.disk_full) = state;
+    }
+
+    /// Appends a batch of records and returns their offsets. The records are
+    /// readable when this returns; durability is reported by
+    /// [`CommitLog::on_durable`] / [`CommitLog::wait_durable`]. All records of
+    /// a batch are validated before any is written, so a rejected batch
+    /// writes nothing.
+    pub fn append(&self, records: &[NewRecord<'_>]) -> Result<Appended> {
+        let inner = &*self.inner;
+        let _w = lock(&inner.writer);
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        if let Some((used_percent, limit_percent)) = *lock(&inner.disk_full) {
+            return Err(StoreError::DiskFull {
+                used_percent,
+                limit_percent,
+            });
+        }
+        let max = inner.cfg.max_record_size as usize;
+        for r in records {
+            let n = record::encoded_len(r.payload.len());
+            if n > max {
+                return Err(StoreError::BadArgument(format!(
+                    "record of {n} bytes exceeds max_record_size {max}"
+                )));
+            }
+        }
+        let seg_size = inner.seg_size();
+        let mut pos = inner.written.load(Ordering::Relaxed);
+        let mut offsets = Vec::with_capacity(records.len());
+        let mut seg = match inner.segment_for(pos) {
+            Some(s) => s,
+            None => self.roll(pos)?,
+        };
+        for r in records {
+            let n = record::encoded_len(r.payload.len()) as u64;
+            let mut in_seg = pos - seg.start;
+            if in_seg + n > seg_size - EOS_LEN as u64 {
+                let gap = (seg_size - in_seg) as u32;
+                // SAFETY: `pos` is at or above the published end, which no
+                // reader looks at, and we are the only writer.
+                unsafe { seg.file.write(in_seg, &record::encode_eos(gap))? };
+                pos = seg.start + seg_size;
+                seg = match inner.segment_for(pos) {
+                    Some(s) => s,
+                    None => self.roll(pos)?,
+                };
+                in_seg = 0;
+            }
+            let header = record::encode_header(&r.meta, r.payload);
+            // SAFETY: as above: unpublished tail, single writer.
+            unsafe {
+                seg.file.write(in_seg, &header)?;
+                seg.file.write(in_seg + HEADER_LEN as u64, r.payload)?;
+            }
+            offsets.push(pos);
+            pos += n;
+        }
+        inner.written.store(pos, Ordering::Release);
+        Ok(Appended { offsets, end: pos })
+    }
+
+    /// Creates the segment starting at `start` (the writer lock is held).
+    fn roll(&self, start: u64) -> Result<Arc<Segment>> {
+        let seg = self.inner.create_segment(start)?;
+        self.inner.segs_mut().push(seg.clone());
+        Ok(seg)
+    }
+
+    /// Calls `cb` once everything below `end` is as durable as the flush
+    /// mode promises: at once in async mode (the data is in the mapped
+    /// pages), after a shared msync in sync mode (group commit). The callback
+    /// runs on the flusher thread or the caller's; it must not block.
+    pub fn on_durable(&self, end: u64, cb: DurableCallback) {
+        self.inner.flush.on_durable(self.inner.cfg.flush_mode, end, cb);
+    }
+
+    /// Blocks until [`CommitLog::on_durable`] would have fired for `end`.
+    pub fn wait_durable(&self, end: u64) -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.on_durable(
+            end,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// Msyncs everything written so far, whatever the flush mode, and
+    /// returns the durable end.
+    pub fn flush(&self) -> Result<u64> {
+        let end = self.max_offset();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.inner.flush.request(
+            end,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().map_err(|_| StoreError::Closed)??;
+        Ok(end)
+    }
+
+    fn check_readable(&self, offset: u64) -> Result<u64> {
+        let end = self.max_offset();
+        let min = self.min_offset();
+        if offset < min || offset >= end {
+            return Err(StoreError::OutOfRange { offset, min, max: end });
+        }
+        Ok(end)
+    }
+
+    /// Reads and verifies the record at `offset`, without copying.
+    pub fn read(&self, offset: u64) -> Result<RecordRef> {
+        let end = self.check_readable(offset)?;
+        let seg = self.inner.segment_for(offset).ok_or(StoreError::OutOfRange {
+            offset,
+            min: self.min_offset(),
+            max: end,
+        })?;
+        let in_seg = offset - seg.start;
+        let avail = (end.min(seg.end()) - offset).min(seg.file.len() - in_seg);
+        // SAFETY: below the published end: immutable while views exist.
+        let buf = unsafe { seg.file.slice(in_seg, avail)? };
+        match record::decode(buf, self.inner.cfg.max_record_size as usize) {
+            Ok(Decoded::Record(v)) => Ok(RecordRef {
+                meta: v.meta,
+                crc: v.crc,
+                bytes: LogSlice {
+                    pos: in_seg,
+                    len: v.len as u64,
+                    seg,
+                },
+            }),
+            Ok(Decoded::End) => Err(StoreError::corrupt(seg.file.path(), in_seg, "no record here (zeros)")),
+            Ok(Decoded::EndOfSegment) => Err(StoreError::corrupt(
+                seg.file.path(),
+                in_seg,
+                "end-of-segment marker, not a record",
+            )),
+            Err(why) => {
+                if is_eos(buf, seg.file.len() - in_seg) {
+                    Err(StoreError::corrupt(
+                        seg.file.path(),
+                        in_seg,
+                        "end-of-segment marker, not a record",
+                    ))
+                } else {
+                    Err(StoreError::corrupt(seg.file.path(), in_seg, why))
+                }
+            }
+        }
+    }
+
+    /// A view of `len` bytes at `offset` (for example one message inside a
+    /// record's payload, as a ConsumeQueue unit addresses it). Not
+    /// CRC-checked: the range must lie inside one segment, below the end.
+    pub fn read_bytes(&self, offset: u64, len: u64) -> Result<LogSlice> {
+        let end = self.check_readable(offset)?;
+        let seg = self.inner.segment_for(offset).ok_or(StoreError::OutOfRange {
+            offset,
+            min: self.min_offset(),
+            max: end,
+        })?;
+        let stop = offset.checked_add(len).filter(|&s| s <= end && s <= seg.end());
+        if stop.is_none() {
+            return Err(StoreError::BadArgument(format!(
+                "range {offset}+{len} crosses the end of the log or of its segment"
+            )));
+        }
+        Ok(LogSlice {
+            pos: offset - seg.start,
+            len,
+            seg,
+        })
+    }
+
+    /// Iterates records from `offset` (a record boundary) to the end of the
+    /// log as it is at each step.
+    pub fn iter_from(&self, offset: u64) -> Iter {
+        Iter {
+            log: self.clone(),
+            pos: offset,
+            failed: false,
+        }
+    }
+
+    /// Drops every record at or after `offset`, which must be a record
+    /// boundary (Raft conflict resolution). Durable when it returns. Pending
+    /// durability callbacks for the dropped range are completed: there is
+    /// nothing left of it to make durable.
+    pub fn truncate(&self, offset: u64) -> Result<()> {
+        let inner = &*self.inner;
+        let _w = lock(&inner.writer);
+        let _io = inner.flush.io_lock();
+        let end = inner.written.load(Ordering::Acquire);
+        let min = inner.log_start.load(Ordering::Acquire);
+        if offset == end {
+            return Ok(());
+        }
+        if offset < min || offset > end {
+            return Err(StoreError::OutOfRange { offset, min, max: end });
+        }
+        let seg = inner
+            .segment_for(offset)
+            .ok_or(StoreError::OutOfRange { offset, min, max: end })?;
+        self.check_boundary(&seg, offset, end)?;
+
+        // Lower the checkpoint first: if we crash half-way, recovery starts
+        // at or before the cut and finds it by scanning.
+        inner.checkpoint.update(|c| {
+            c.flushed = c.flushed.min(offset);
+            c.dispatched = c.dispatched.min(offset);
+        })?;
+
+        let in_seg = offset - seg.start;
+        let dirty_end = end.min(seg.end()) - seg.start;
+        self.cut_segment(seg, in_seg, dirty_end)?;
+
+        let removed: Vec<Arc<Segment>> = {
+            let mut segs = inner.segs_mut();
+            let keep = segs.iter().position(|s| s.start > offset).unwrap_or(segs.len());
+            segs.split_off(keep)
+        };
+        for s in &removed {
+            fs::remove_file(s.file.path()).at(s.file.path())?;
+        }
+        if !removed.is_empty() {
+            sync_dir(&inner.dir)?;
+        }
+        inner.written.store(offset, Ordering::Release);
+        inner.flush.truncated(offset);
+        tracing::info!(offset, dropped = end - offset, "truncated commitlog");
+        Ok(())
+    }
+
+    /// Clears `[from, to)` of a segment, durably. In place when no view of
+    /// the segment is alive; otherwise into a fresh copy of the kept prefix.
+    fn cut_segment(&self, seg: Arc<Segment>, from: u64, to: u64) -> Result<()> {
+        let inner = &*self.inner;
+        let mut segs = inner.segs_mut();
+        let idx = segs
+            .iter()
+            .position(|s| Arc::ptr_eq(s, &seg))
+            .ok_or_else(|| StoreError::BadArgument("segment vanished during truncate".into()))?;
+        // Two references: the list's and ours. With the list write-locked no
+        // new view can be made, so a count of two means no view exists.
+        if Arc::strong_count(&seg) == 2 {
+            // SAFETY: no views of this segment exist and we are the writer.
+            unsafe { seg.file.zero(from, to - from)? };
+            return seg.file.flush(from, to - from);
+        }
+        let path = seg.file.path().to_path_buf();
+        let tmp = path.with_extension("truncating");
+        let _ = fs::remove_file(&tmp);
+        let mut fresh = MappedFile::create(&tmp, seg.file.len(), inner.map_opts)?;
+        // SAFETY: the prefix is below the published end, so immutable; the
+        // fresh file is private to us until renamed.
+        unsafe { fresh.write(0, seg.file.slice(0, from)?)? };
+        fresh.flush(0, from)?;
+        fs::rename(&tmp, &path).at(&path)?;
+        sync_dir(&inner.dir)?;
+        fresh.set_path(path);
+        tracing::debug!(
+            start = seg.start,
+            "truncated a segment with live readers by copying its prefix"
+        );
+        segs[idx] = Arc::new(Segment {
+            start: seg.start,
+            file: fresh,
+        });
+        Ok(())
+    }
+
+    /// Walks record lengths from the segment start to see whether `offset`
+    /// is a boundary. Cheap: one header read per record, no CRC.
+    fn check_boundary(&self, seg: &Segment, offset: u64, end: u64) -> Result<()> {
+        let max = self.inner.cfg.max_record_size as usize;
+        let mut p = seg.start.max(self.min_offset());
+        let stop = end.min(seg.end());
+        while p < offset {
+            let in_seg = p - seg.start;
+            // SAFETY: below the published end.
+            let buf = unsafe { seg.file.slice(in_seg, stop - p)? };
+            let len = if is_eos(buf, seg.file.len() - in_seg) {
+                (seg.file.len() - in_seg) as usize
+            } else {
+                record::peek_len(buf, max)
+                    .ok_or_else(|| StoreError::corrupt(seg.file.path(), in_seg, "bad record header"))?
+            };
+            p += len as u64;
+        }
+        if p == offset {
+            Ok(())
+        } else {
+            Err(StoreError::NotRecordBoundary { offset })
+        }
+    }
+
+    /// Deletes whole segments that end at or before `offset` (never the
+    /// newest one). Returns the new minimum offset.
+    pub fn purge_before(&self, offset: u64) -> Result<u64> {
+        let inner = &*self.inner;
+        let _w = lock(&inner.writer);
+        let _io = inner.flush.io_lock();
+        let removed: Vec<Arc<Segment>> = {
+            let mut segs = inner.segs_mut();
+            let n = segs
+                .iter()
+                .take(segs.len().saturating_sub(1))
+                .take_while(|s| s.end() <= offset)
+                .count();
+            segs.drain(..n).collect()
+        };
+        if removed.is_empty() {
+            return Ok(self.min_offset());
+        }
+        let new_min = inner.segs().first().map(|s| s.start).unwrap_or(offset);
+        let new_min = new_min.max(inner.log_start.load(Ordering::Acquire));
+        inner.checkpoint.update(|c| c.log_start = new_min)?;
+        inner.log_start.store(new_min, Ordering::Release);
+        for s in &removed {
+            fs::remove_file(s.file.path()).at(s.file.path())?;
+            tracing::info!(start = s.start, "purged segment");
+        }
+        sync_dir(&inner.dir)?;
+        Ok(new_min)
+    }
+
+    /// Discards the whole log and makes it start (empty) at `offset`: a node
+    /// that installs a snapshot continues at the same physical offsets as the
+    /// rest of its group.
+    pub fn reset(&self, offset: u64) -> Result<()> {
+        let inner = &*self.inner;
+        let _w = lock(&inner.writer);
+        let _io = inner.flush.io_lock();
+        let seg_start = offset - offset % inner.seg_size();
+        inner.checkpoint.update(|c| {
+            c.log_start = offset;
+            c.flushed = offset;
+            c.dispatched = offset;
+        })?;
+        let old: Vec<Arc<Segment>> = std::mem::take(&mut *inner.segs_mut());
+        for s in &old {
+            fs::remove_file(s.file.path()).at(s.file.path())?;
+        }
+        let seg = inner.create_segment(seg_start)?;
+        inner.segs_mut().push(seg);
+        inner.log_start.store(offset, Ordering::Release);
+        inner.written.store(offset, Ordering::Release);
+        inner.flush.truncated(offset);
+        tracing::info!(offset, "reset commitlog");
+        Ok(())
+    }
+
+    /// Flushes everything, writes the checkpoint and stops the flusher.
+    /// Later appends fail with [`StoreError::Closed`].
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let end = {
+            let _w = lock(&self.inner.writer);
+            self.inner.written.load(Ordering::Acquire)
+        };
+        crate::flush::flush_once(&self.inner)?;
+        self.inner.flush.shutdown();
+        self.inner.checkpoint.update(|c| c.flushed = end)?;
+        Ok(())
+    }
+}
+
+/// True when `buf` starts with an end-of-segment marker for the
+/// `to_seg_end` bytes left in the segment.
+fn is_eos(buf: &[u8], to_seg_end: u64) -> bool {
+    buf.len() >= EOS_LEN
+        && u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) == record::EOS_MAGIC
+        && u64::from(u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]])) == to_seg_end
+}
+
+/// Iterator over records; see [`CommitLog::iter_from`].
+pub struct Iter {
+    log: CommitLog,
+    pos: u64,
+    failed: bool,
+}
+
+impl Iterator for Iter {
+    type Item = Result<RecordRef>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            if self.pos >= self.log.max_offset() {
+                return None;
+            }
+            let seg = self.log.inner.segment_for(self.pos)?;
+            let in_seg = self.pos - seg.start;
+            // SAFETY: below the published end (checked above).
+            let head = unsafe { seg.file.slice(in_seg, EOS_LEN as u64) };
+            if head.is_ok_and(|h| is_eos(h, seg.file.len() - in_seg)) {
+                self.pos = seg.end();
+                continue;
+            }
+            return Some(match self.log.read(self.pos) {
+                Ok(r) => {
+                    self.pos = r.end();
+                    Ok(r)
+                }
+                Err(e) => {
+                    self.failed = true;
+                    Err(e)
+                }
+            });
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.flush.shutdown();
+    }
+}

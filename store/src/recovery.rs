@@ -1,0 +1,187 @@
+//! Start-up recovery of the CommitLog: find the segments, find the end of
+//! valid data, and cut everything after it.
+//!
+//! The scan starts at the beginning of the segment holding the checkpoint's
+//! `flushed` offset (everything before it was msynced before the checkpoint
+//! was written) and verifies every record's length, magic and CRC. It stops
+//! at the first record that fails, logs the offset and why, and wipes every
+//! non-zero byte after it, deleting later segments. It never skips over a bad
+//! record to look for good ones behind it: after a machine crash, pages reach
+//! the disk in any order, so data behind a hole was never acknowledged as
+//! durable and must not be resurrected.
+//!
+//! Without a usable checkpoint the scan starts at the first segment: slower,
+//! equally correct (except that a log that was [`crate::CommitLog::reset`]
+//! into the middle of a segment loses its start mark; the Raft layer then
+//! re-fetches the log from its leader).
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::checkpoint::Checkpoint;
+use crate::commitlog::{Segment, segment_name};
+use crate::config::StoreConfig;
+use crate::error::{IoContext, Result, StoreError};
+use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
+use crate::record::{self, Decoded};
+
+pub(crate) struct Recovered {
+    pub segments: Vec<Arc<Segment>>,
+    /// End of valid data: where the next record goes.
+    pub end: u64,
+    pub log_start: u64,
+}
+
+/// Parses a 20-digit segment name.
+pub(crate) fn parse_name(name: &str) -> Option<u64> {
+    if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+        name.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Lists and opens the segment files of `dir`, checking names, alignment
+/// and contiguity.
+fn open_segments(dir: &Path, cfg: &StoreConfig, map: MapOptions) -> Result<Vec<Arc<Segment>>> {
+    let size = cfg.segment_size;
+    let mut starts = Vec::new();
+    for entry in fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".truncating") {
+            // A truncate that copied a segment died before its rename; the
+            // original is intact.
+            fs::remove_file(entry.path()).at(&entry.path())?;
+            continue;
+        }
+        match parse_name(&name) {
+            Some(start) => starts.push(start),
+            None => {
+                tracing::warn!(file = %entry.path().display(), "ignoring unexpected file in the commitlog directory")
+            }
+        }
+    }
+    starts.sort_unstable();
+    let mut segments = Vec::with_capacity(starts.len());
+    for (i, &start) in starts.iter().enumerate() {
+        let path = dir.join(segment_name(start));
+        if start % size != 0 {
+            return Err(StoreError::corrupt(
+                &path,
+                0,
+                format!("segment start {start} is not a multiple of segment_size {size}"),
+            ));
+        }
+        if i > 0 && start != starts[i - 1] + size {
+            return Err(StoreError::corrupt(
+                &path,
+                0,
+                format!("segments are not contiguous: {} is followed by {start}", starts[i - 1]),
+            ));
+        }
+        let file = MappedFile::open(&path, size, map)?;
+        segments.push(Arc::new(Segment { start, file }));
+    }
+    Ok(segments)
+}
+
+pub(crate) fn recover(
+    dir: &Path,
+    cfg: &StoreConfig,
+    map: MapOptions,
+    checkpoint: Option<Checkpoint>,
+    crashed: bool,
+) -> Result<Recovered> {
+    let size = cfg.segment_size;
+    let mut segments = open_segments(dir, cfg, map)?;
+    let (Some(first), Some(last)) = (segments.first(), segments.last()) else {
+        let log_start = checkpoint.map(|c| c.log_start).unwrap_or(0);
+        let start = log_start - log_start % size;
+        let file = MappedFile::create(&dir.join(segment_name(start)), size, map)?;
+        sync_dir(dir)?;
+        return Ok(Recovered {
+            segments: vec![Arc::new(Segment { start, file })],
+            end: log_start,
+            log_start,
+        });
+    };
+    let (first_start, last_end) = (first.start, last.end());
+
+    let mut log_start = first_start;
+    let mut scan_from = first_start;
+    if let Some(c) = checkpoint {
+        if (first_start..last_end).contains(&c.log_start) {
+            log_start = c.log_start;
+        }
+        let flushed = c.flushed.clamp(log_start, last_end);
+        scan_from = (flushed - flushed % size).max(log_start);
+    }
+
+    // Scan.
+    let max = cfg.max_record_size as usize;
+    let mut i = ((scan_from - first_start) / size) as usize;
+    let mut p = scan_from;
+    let mut records = 0u64;
+    loop {
+        let Some(seg) = segments.get(i) else { break };
+        let in_seg = p - seg.start;
+        // SAFETY: nobody else has the segments yet.
+        let buf = unsafe { seg.file.slice(in_seg, size - in_seg)? };
+        match record::decode(buf, max) {
+            Ok(Decoded::Record(v)) => {
+                p += v.len as u64;
+                records += 1;
+            }
+            Ok(Decoded::EndOfSegment) => {
+                p = seg.end();
+                i += 1;
+            }
+            Ok(Decoded::End) => break,
+            Err(why) => {
+                if crashed {
+                    tracing::warn!(offset = p, file = %seg.file.path().display(), %why, "torn or corrupt record after a crash; truncating here");
+                } else {
+                    tracing::error!(offset = p, file = %seg.file.path().display(), %why, "corrupt record after a clean shutdown; truncating here");
+                }
+                break;
+            }
+        }
+    }
+    let end = p;
+
+    // Wipe whatever follows the end, so it can never be mistaken for data.
+    let keep = segments.iter().position(|s| s.start > end).unwrap_or(segments.len());
+    if end < last_end {
+        let seg = &segments[((end - first_start) / size) as usize];
+        let in_seg = end - seg.start;
+        // SAFETY: nobody else has the segments yet.
+        let dirty = unsafe { seg.file.nonzero_end(in_seg)? };
+        if dirty > in_seg {
+            tracing::warn!(
+                offset = end,
+                bytes = dirty - in_seg,
+                "wiping data after the end of the log"
+            );
+            // SAFETY: as above.
+            unsafe { seg.file.zero(in_seg, dirty - in_seg)? };
+            seg.file.flush(in_seg, dirty - in_seg)?;
+        }
+    }
+    let dropped = segments.split_off(keep);
+    for s in &dropped {
+        tracing::warn!(file = %s.file.path().display(), "deleting segment after the end of the log");
+        fs::remove_file(s.file.path()).at(s.file.path())?;
+    }
+    if !dropped.is_empty() {
+        sync_dir(dir)?;
+    }
+    tracing::info!(from = scan_from, end, records, crashed, "commitlog recovered");
+    Ok(Recovered {
+        segments,
+        end,
+        log_start,
+    })
+}
