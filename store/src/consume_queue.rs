@@ -1,0 +1,1094 @@
+//! The ConsumeQueue: the index of one (topic, queue id), mapping a dense
+//! queue offset (0, 1, 2, ...) to where the message lies in the CommitLog.
+//!
+//! # On-disk layout
+//!
+//! ```text
+//! <root>/consumequeue/<topic>/<queue_id>/<20-digit queue offset of the file's first unit>
+//! ```
+//!
+//! Each file holds exactly `units_per_file` units ([`StoreConfig::cq_units_per_file`]),
+//! sector-packed as described in `packed` (25 units per 512-byte block, the
+//! file is `packed::file_len(units_per_file)` bytes). The unit with queue
+//! offset `q` lives in the file named `first` (`first <= q < first +
+//! units_per_file`) at byte `packed::unit_pos(q - first)`. Files are
+//! contiguous: each starts where the previous one ends.
+//!
+//! One unit ([`UNIT_SIZE`] bytes, little-endian):
+//!
+//! | offset | size | field      | meaning                                          |
+//! |-------:|-----:|------------|--------------------------------------------------|
+//! |      0 |    8 | `phys`     | byte offset of the message in the CommitLog      |
+//! |      8 |    4 | `size`     | message length in bytes, never 0                 |
+//! |     12 |    8 | `tag_hash` | hash of the message tag, for consumer filtering  |
+//!
+//! Files are preallocated with zeros, so a unit whose `size` is 0 is empty:
+//! the end of the data. Every file but the last is full; within the last file
+//! the units form a prefix (possibly empty). After a crash that prefix may
+//! have gaps (mapped pages reach the disk in any order), which
+//! `ConsumeQueue::open` cuts away.
+//!
+//! The smallest readable offset (`min_offset`) is not persisted: it starts at
+//! the first unit of the first file, and the owner re-applies
+//! [`ConsumeQueue::purge_below_phys`] with the CommitLog's first offset after
+//! opening.
+//!
+//! [`StoreConfig::cq_units_per_file`]: crate::config::StoreConfig::cq_units_per_file
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::error::{IoContext, Result, StoreError};
+use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
+use crate::packed;
+
+/// Bytes of one unit.
+pub const UNIT_SIZE: u64 = packed::UNIT_SIZE;
+/// Byte offset of `phys` (u64) within a unit.
+const PHYS_AT: usize = 0;
+/// Byte offset of `size` (u32) within a unit.
+const SIZE_AT: usize = 8;
+/// Byte offset of `tag_hash` (u64) within a unit.
+const TAG_AT: usize = 12;
+/// Digits of a file name: the zero-padded queue offset of its first unit.
+pub const FILE_NAME_DIGITS: usize = 20;
+/// Upper bound of `units_per_file` (keeps every file size computation far
+/// from overflow).
+pub const MAX_UNITS_PER_FILE: u64 = u32::MAX as u64;
+/// After a crash, how many files at the tail are scanned unit by unit for a
+/// gap (as RocketMQ does). Earlier files are known full if their last unit
+/// is present; if one is not, the scan starts there instead.
+const CRASH_SCAN_FILES: usize = 3;
+
+/// One ConsumeQueue entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqUnit {
+    /// Byte offset of the message in the CommitLog.
+    pub phys: u64,
+    /// Message length in bytes (> 0).
+    pub size: u32,
+    /// Hash of the message tag.
+    pub tag_hash: u64,
+}
+
+impl CqUnit {
+    fn encode(&self) -> [u8; UNIT_SIZE as usize] {
+        let mut b = [0u8; UNIT_SIZE as usize];
+        b[PHYS_AT..PHYS_AT + 8].copy_from_slice(&self.phys.to_le_bytes());
+        b[SIZE_AT..SIZE_AT + 4].copy_from_slice(&self.size.to_le_bytes());
+        b[TAG_AT..TAG_AT + 8].copy_from_slice(&self.tag_hash.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; UNIT_SIZE as usize]) -> CqUnit {
+        let mut u64b = [0u8; 8];
+        let mut u32b = [0u8; 4];
+        u64b.copy_from_slice(&b[PHYS_AT..PHYS_AT + 8]);
+        let phys = u64::from_le_bytes(u64b);
+        u32b.copy_from_slice(&b[SIZE_AT..SIZE_AT + 4]);
+        let size = u32::from_le_bytes(u32b);
+        u64b.copy_from_slice(&b[TAG_AT..TAG_AT + 8]);
+        let tag_hash = u64::from_le_bytes(u64b);
+        CqUnit { phys, size, tag_hash }
+    }
+}
+
+/// One file of the queue.
+struct Seg {
+    /// Queue offset of its first unit.
+    first: u64,
+    file: Arc<MappedFile>,
+}
+
+/// State owned by the single writer.
+struct Writer {
+    /// `phys` of the unit at `max - 1`, when known: appends must not go
+    /// backwards, which keeps `truncate_phys`' binary search valid.
+    last_phys: Option<u64>,
+}
+
+/// The index of one (topic, queue id). See the module docs for the layout.
+///
+/// One writer at a time (appends, truncates and purges are serialized by an
+/// internal mutex), any number of concurrent readers.
+pub struct ConsumeQueue {
+    dir: PathBuf,
+    units_per_file: u64,
+    map: MapOptions,
+    /// Serializes append / truncate / purge. Lock order: `writer`, then
+    /// `flushed`, then `files`.
+    writer: Mutex<Writer>,
+    /// Queue offset below which everything has been msynced.
+    flushed: Mutex<u64>,
+    /// The files, contiguous, ascending. Readers hold the read lock while
+    /// copying a unit; anything that zeroes bytes or changes the list takes
+    /// the write lock.
+    files: RwLock<Vec<Seg>>,
+    min: AtomicU64,
+    /// Next queue offset to assign. Stored with Release after the unit bytes
+    /// are written; readers load it with Acquire and read only below it.
+    max: AtomicU64,
+}
+
+impl std::fmt::Debug for ConsumeQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumeQueue")
+            .field("dir", &self.dir)
+            .field("min", &self.min_offset())
+            .field("max", &self.max_offset())
+            .finish()
+    }
+}
+
+/// `format!("{:020}", first)`.
+fn file_name(first: u64) -> String {
+    format!("{first:0width$}", width = FILE_NAME_DIGITS)
+}
+
+/// The queue offset a file name stands for, if it is exactly 20 digits.
+fn parse_file_name(name: &str) -> Option<u64> {
+    if name.len() != FILE_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// Copies unit `idx` out of `file`.
+///
+/// # Safety
+/// No write to the unit's bytes may happen during the call (see
+/// [`MappedFile::slice`]).
+unsafe fn read_unit(file: &MappedFile, idx: u64) -> Result<CqUnit> {
+    // SAFETY: forwarded to the caller.
+    let bytes = unsafe { file.slice(packed::unit_pos(idx), UNIT_SIZE)? };
+    let mut b = [0u8; UNIT_SIZE as usize];
+    b.copy_from_slice(bytes);
+    Ok(CqUnit::decode(&b))
+}
+
+/// The file holding queue offset `q` and the unit's index in it.
+fn locate(files: &[Seg], units_per_file: u64, q: u64) -> Option<(&Seg, u64)> {
+    let i = q.checked_sub(files.first()?.first)? / units_per_file;
+    let seg = files.get(usize::try_from(i).ok()?)?;
+    let idx = q.checked_sub(seg.first)?;
+    (idx < units_per_file).then_some((seg, idx))
+}
+
+/// First `x` in `[lo, hi)` for which `pred` holds, assuming `pred` is false
+/// then true along the range; `hi` if it never holds.
+fn partition_point(mut lo: u64, mut hi: u64, mut pred: impl FnMut(u64) -> Result<bool>) -> Result<u64> {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid)? {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(lo)
+}
+
+impl ConsumeQueue {
+    /// Opens or creates the queue directory `dir`
+    /// (`<root>/consumequeue/<topic>/<queue_id>`).
+    ///
+    /// `crashed` says the last stop was a crash: the tail files are then
+    /// scanned forward for the first empty unit, every non-zero byte after it
+    /// is zeroed and later files are deleted. Otherwise the end is found by
+    /// a binary search in the last file. Bad file names, sizes or a gap
+    /// between files are [`StoreError::Corrupt`] naming the file.
+    pub(crate) fn open(dir: &Path, units_per_file: u64, map: MapOptions, crashed: bool) -> Result<Self> {
+        if units_per_file == 0 || units_per_file > MAX_UNITS_PER_FILE {
+            return Err(StoreError::BadArgument(format!(
+                "consume queue units_per_file {units_per_file} must be between 1 and {MAX_UNITS_PER_FILE}"
+            )));
+        }
+        let flen = packed::file_len(units_per_file);
+        fs::create_dir_all(dir).at(dir)?;
+
+        let mut found = Vec::new();
+        for entry in fs::read_dir(dir).at(dir)? {
+            let path = entry.at(dir)?.path();
+            let first = path.file_name().and_then(|n| n.to_str()).and_then(parse_file_name);
+            let Some(first) = first else {
+                return Err(StoreError::corrupt(
+                    &path,
+                    0,
+                    "not a consume queue file: names are the 20-digit queue offset of the file's first unit",
+                ));
+            };
+            let meta = fs::metadata(&path).at(&path)?;
+            if !meta.is_file() {
+                return Err(StoreError::corrupt(&path, 0, "not a regular file"));
+            }
+            if meta.len() > flen {
+                return Err(StoreError::corrupt(
+                    &path,
+                    flen,
+                    format!(
+                        "file is {} bytes, more than the {flen} bytes of {units_per_file} units \
+                         (was cq_units_per_file changed?)",
+                        meta.len()
+                    ),
+                ));
+            }
+            found.push((first, path));
+        }
+        found.sort_unstable_by_key(|(first, _)| *first);
+        for (i, (first, path)) in found.iter().enumerate() {
+            let Some(end) = first.checked_add(units_per_file) else {
+                return Err(StoreError::corrupt(path, 0, "queue offset overflows u64"));
+            };
+            if let Some((next, next_path)) = found.get(i + 1) {
+                if *next != end {
+                    return Err(StoreError::corrupt(
+                        next_path,
+                        0,
+                        format!("file starts at queue offset {next} but the previous file ends at {end}"),
+                    ));
+                }
+            }
+        }
+
+        let mut segs = Vec::with_capacity(found.len());
+        for (first, path) in found {
+            let file = MappedFile::open(&path, flen, map)?;
+            segs.push(Seg {
+                first,
+                file: Arc::new(file),
+            });
+        }
+
+        // SAFETY (all unsafe calls until `Ok(ConsumeQueue ..)`): the files are
+        // not shared yet; this thread is their only reader and writer.
+        let max = match segs.last() {
+            None => 0,
+            Some(_) if crashed => unsafe { Self::recover_after_crash(dir, units_per_file, &mut segs)? },
+            Some(last) => {
+                for seg in &segs[..segs.len() - 1] {
+                    if unsafe { read_unit(&seg.file, units_per_file - 1)? }.size == 0 {
+                        return Err(StoreError::corrupt(
+                            seg.file.path(),
+                            packed::unit_pos(units_per_file - 1),
+                            "a file before the last is not full (was the previous stop a crash?)",
+                        ));
+                    }
+                }
+                let n = partition_point(
+                    0,
+                    units_per_file,
+                    |i| Ok(unsafe { read_unit(&last.file, i)? }.size == 0),
+                )?;
+                last.first + n
+            }
+        };
+        let min = segs.first().map_or(max, |s| s.first);
+        let last_phys = match max.checked_sub(1).and_then(|q| locate(&segs, units_per_file, q)) {
+            Some((seg, idx)) if max > min => Some(unsafe { read_unit(&seg.file, idx)? }.phys),
+            _ => None,
+        };
+
+        Ok(ConsumeQueue {
+            dir: dir.to_path_buf(),
+            units_per_file,
+            map,
+            writer: Mutex::new(Writer { last_phys }),
+            // Not `max`: after a crash the data may sit in dirty pages only.
+            flushed: Mutex::new(min),
+            files: RwLock::new(segs),
+            min: AtomicU64::new(min),
+            max: AtomicU64::new(max),
+        })
+    }
+
+    /// Finds the end of data after a crash: the first empty unit of a
+    /// forward scan over the tail files. Zeroes every non-zero byte after
+    /// it, deletes later files and returns the end. `segs` is non-empty.
+    ///
+    /// # Safety
+    /// The files must not be shared with any other thread.
+    unsafe fn recover_after_crash(dir: &Path, units_per_file: u64, segs: &mut Vec<Seg>) -> Result<u64> {
+        let mut start = segs.len().saturating_sub(CRASH_SCAN_FILES);
+        for (i, seg) in segs[..start].iter().enumerate() {
+            if unsafe { read_unit(&seg.file, units_per_file - 1)? }.size == 0 {
+                start = i;
+                break;
+            }
+        }
+        let mut cut = None;
+        'scan: for (i, seg) in segs.iter().enumerate().skip(start) {
+            for k in 0..units_per_file {
+                if unsafe { read_unit(&seg.file, k)? }.size == 0 {
+                    cut = Some((i, k));
+                    break 'scan;
+                }
+            }
+        }
+        let Some((i, k)) = cut else {
+            return Ok(segs.last().map_or(0, |last| last.first + units_per_file));
+        };
+
+        let Some(seg) = segs.get(i) else {
+            return Ok(0);
+        };
+        let from = packed::unit_pos(k);
+        let to = unsafe { seg.file.nonzero_end(from)? };
+        if to > from {
+            tracing::warn!(file = %seg.file.path().display(), unit = k, bytes = to - from,
+                "consume queue: zeroing data after a gap left by a crash");
+            unsafe { seg.file.zero(from, to - from)? };
+            seg.file.flush(from, to - from)?;
+        }
+        let end = seg.first + k;
+        let removed = segs.split_off(i + 1);
+        for later in removed.iter().rev() {
+            tracing::warn!(file = %later.file.path().display(),
+                "consume queue: deleting a file after a gap left by a crash");
+            fs::remove_file(later.file.path()).at(later.file.path())?;
+        }
+        if !removed.is_empty() {
+            sync_dir(dir)?;
+        }
+        Ok(end)
+    }
+
+    fn lock_writer(&self) -> MutexGuard<'_, Writer> {
+        // Nothing panics while holding these locks, and every update leaves
+        // the state consistent, so a poisoned lock is still usable.
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_flushed(&self) -> MutexGuard<'_, u64> {
+        self.flushed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_files(&self) -> RwLockReadGuard<'_, Vec<Seg>> {
+        self.files.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_files(&self) -> RwLockWriteGuard<'_, Vec<Seg>> {
+        self.files.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The file holding queue offset `q` and the unit's index in it.
+    fn locate<'a>(&self, files: &'a [Seg], q: u64) -> Result<(&'a Seg, u64)> {
+        locate(files, self.units_per_file, q)
+            .ok_or_else(|| StoreError::corrupt(&self.dir, q, "no file holds this queue offset"))
+    }
+
+    /// Appends a unit and returns the queue offset assigned to it.
+    pub fn append(&self, unit: CqUnit) -> Result<u64> {
+        if unit.size == 0 {
+            return Err(StoreError::BadArgument(
+                "a consume queue unit's size must be positive".into(),
+            ));
+        }
+        let mut w = self.lock_writer();
+        if let Some(prev) = w.last_phys {
+            if unit.phys < prev {
+                return Err(StoreError::BadArgument(format!(
+                    "consume queue {}: physical offset {} is below the previous unit's {prev}",
+                    self.dir.display(),
+                    unit.phys
+                )));
+            }
+        }
+        let q = self.max.load(Ordering::Relaxed);
+        let (file, idx) = self.file_for_append(q)?;
+        // SAFETY: the unit lies at queue offset `max`, which readers never read
+        // (they read only below the published `max`), and the writer mutex
+        // rules out any other writer.
+        unsafe { file.write(packed::unit_pos(idx), &unit.encode())? };
+        self.max.store(q + 1, Ordering::Release);
+        w.last_phys = Some(unit.phys);
+        Ok(q)
+    }
+
+    /// The file to write queue offset `q` (= max) into, creating it if the
+    /// last file is full. Called with the writer mutex held.
+    fn file_for_append(&self, q: u64) -> Result<(Arc<MappedFile>, u64)> {
+        let first = {
+            let files = self.read_files();
+            match files.last() {
+                Some(last) if q >= last.first && q - last.first < self.units_per_file => {
+                    return Ok((Arc::clone(&last.file), q - last.first));
+                }
+                Some(last) if last.first.checked_add(self.units_per_file) != Some(q) => {
+                    return Err(StoreError::corrupt(
+                        last.file.path(),
+                        0,
+                        format!("queue offset {q} does not follow the last file"),
+                    ));
+                }
+                _ => q,
+            }
+        };
+        if first.checked_add(self.units_per_file).is_none() {
+            return Err(StoreError::BadArgument(format!("queue offset {first} overflows")));
+        }
+        let path = self.dir.join(file_name(first));
+        let file = Arc::new(MappedFile::create(
+            &path,
+            packed::file_len(self.units_per_file),
+            self.map,
+        )?);
+        self.write_files().push(Seg {
+            first,
+            file: Arc::clone(&file),
+        });
+        sync_dir(&self.dir)?;
+        Ok((file, 0))
+    }
+
+    /// The unit at `queue_offset`; [`StoreError::OutOfRange`] outside
+    /// `[min_offset, max_offset)`.
+    pub fn get(&self, queue_offset: u64) -> Result<CqUnit> {
+        let files = self.read_files();
+        let min = self.min.load(Ordering::Acquire);
+        let max = self.max.load(Ordering::Acquire);
+        if queue_offset < min || queue_offset >= max {
+            return Err(StoreError::OutOfRange {
+                offset: queue_offset,
+                min,
+                max,
+            });
+        }
+        let (seg, idx) = self.locate(&files, queue_offset)?;
+        // SAFETY: the unit is below `max` (loaded with Acquire, so its bytes
+        // are visible), and bytes below `max` are only written by truncate,
+        // which holds the files write lock, excluded by our read lock.
+        let unit = unsafe { read_unit(&seg.file, idx)? };
+        if unit.size == 0 {
+            return Err(StoreError::corrupt(
+                seg.file.path(),
+                packed::unit_pos(idx),
+                format!("empty unit at queue offset {queue_offset}, below the end {max}"),
+            ));
+        }
+        Ok(unit)
+    }
+
+    /// The first readable queue offset.
+    pub fn min_offset(&self) -> u64 {
+        self.min.load(Ordering::Acquire)
+    }
+
+    /// The next queue offset to assign.
+    pub fn max_offset(&self) -> u64 {
+        self.max.load(Ordering::Acquire)
+    }
+
+    /// Drops the units at and above `queue_offset`: zeroes them (and msyncs
+    /// the zeroed bytes) and deletes whole files beyond. A `queue_offset` at
+    /// or above `max_offset` is a no-op; one below `min_offset` drops every
+    /// readable unit (`max_offset` becomes `min_offset`).
+    pub fn truncate(&self, queue_offset: u64) -> Result<()> {
+        let mut w = self.lock_writer();
+        self.truncate_locked(&mut w, queue_offset)
+    }
+
+    /// Drops the units whose `phys >= phys`.
+    pub fn truncate_phys(&self, phys: u64) -> Result<()> {
+        let mut w = self.lock_writer();
+        let q = self.first_with_phys_at_least(phys)?;
+        self.truncate_locked(&mut w, q)
+    }
+
+    /// First queue offset in `[min, max)` whose unit has `phys >= phys`;
+    /// `max` if none. Called with the writer mutex held (so min and max are
+    /// stable).
+    fn first_with_phys_at_least(&self, phys: u64) -> Result<u64> {
+        partition_point(self.min_offset(), self.max_offset(), |q| Ok(self.get(q)?.phys >= phys))
+    }
+
+    fn truncate_locked(&self, w: &mut Writer, q: u64) -> Result<()> {
+        let mut flushed = self.lock_flushed();
+        let mut files = self.write_files();
+        let min = self.min.load(Ordering::Relaxed);
+        let max = self.max.load(Ordering::Relaxed);
+        let q = q.max(min);
+        if q >= max {
+            return Ok(());
+        }
+        // Keep the files that start below `q`, and always the first one.
+        let keep = files.iter().take_while(|s| s.first < q).count().max(1);
+        let keep = keep.min(files.len());
+        let removed = files.split_off(keep);
+        let last = files
+            .last()
+            .ok_or_else(|| StoreError::corrupt(&self.dir, q, "no file holds this queue offset"))?;
+        let end = max.min(last.first.saturating_add(self.units_per_file));
+        if q < end {
+            let from = packed::unit_pos(q - last.first);
+            let to = packed::unit_pos(end - 1 - last.first) + UNIT_SIZE;
+            // SAFETY: the files write lock excludes every reader, and the
+            // writer mutex every other writer.
+            unsafe { last.file.zero(from, to - from)? };
+            last.file.flush(from, to - from)?;
+        }
+        self.max.store(q, Ordering::Release);
+        *flushed = (*flushed).min(q);
+        w.last_phys = if q > min {
+            let (seg, idx) = self.locate(&files, q - 1)?;
+            // SAFETY: as above.
+            Some(unsafe { read_unit(&seg.file, idx)? }.phys)
+        } else {
+            None
+        };
+        drop(files);
+        drop(flushed);
+        // Still under the writer mutex: no append can recreate a file of the
+        // same name before it is gone.
+        for seg in removed.iter().rev() {
+            fs::remove_file(seg.file.path()).at(seg.file.path())?;
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes whole files whose units all have `phys < min_phys` (never the
+    /// last file), then moves `min_offset` to the first unit with
+    /// `phys >= min_phys` (`max_offset` if none).
+    pub fn purge_below_phys(&self, min_phys: u64) -> Result<()> {
+        let _w = self.lock_writer();
+        let q = self.first_with_phys_at_least(min_phys)?;
+        if q <= self.min_offset() {
+            return Ok(());
+        }
+        let removed: Vec<Seg> = {
+            let mut files = self.write_files();
+            let n = files
+                .iter()
+                .take_while(|s| s.first.saturating_add(self.units_per_file) <= q)
+                .count()
+                .min(files.len().saturating_sub(1));
+            self.min.store(q, Ordering::Release);
+            files.drain(..n).collect()
+        };
+        for seg in &removed {
+            fs::remove_file(seg.file.path()).at(seg.file.path())?;
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// The first queue offset in `[min_offset, max_offset)` whose store
+    /// timestamp (`ts_of`, looked up by the caller in the CommitLog) is
+    /// `>= ts_ms`; `max_offset` if none. Timestamps are assumed
+    /// non-decreasing along the queue (binary search).
+    pub fn find_by_timestamp(&self, ts_ms: u64, ts_of: impl Fn(&CqUnit) -> Result<u64>) -> Result<u64> {
+        let min = self.min_offset();
+        let max = self.max_offset();
+        partition_point(min, max, |q| Ok(ts_of(&self.get(q)?)? >= ts_ms))
+    }
+
+    /// Msyncs every unit appended since the last flush.
+    pub fn flush(&self) -> Result<()> {
+        let mut flushed = self.lock_flushed();
+        // Truncation needs `flushed`, so `max` can only grow from here on.
+        let target = self.max.load(Ordering::Acquire);
+        if *flushed >= target {
+            return Ok(());
+        }
+        let mut ranges = Vec::new();
+        {
+            let files = self.read_files();
+            for seg in files.iter() {
+                let lo = (*flushed).max(seg.first);
+                let hi = target.min(seg.first.saturating_add(self.units_per_file));
+                if lo < hi {
+                    let from = packed::unit_pos(lo - seg.first);
+                    let to = packed::unit_pos(hi - 1 - seg.first) + UNIT_SIZE;
+                    ranges.push((Arc::clone(&seg.file), from, to - from));
+                }
+            }
+        }
+        for (file, pos, len) in ranges {
+            file.flush(pos, len)?;
+        }
+        *flushed = target;
+        Ok(())
+    }
+
+    /// The queue's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Seek, SeekFrom, Write};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const OPTS: MapOptions = MapOptions {
+        warm_up: false,
+        mlock: false,
+    };
+
+    fn unit(i: u64) -> CqUnit {
+        CqUnit {
+            phys: i * 100,
+            size: (i % 7 + 1) as u32,
+            tag_hash: i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        }
+    }
+
+    fn fill(cq: &ConsumeQueue, range: std::ops::Range<u64>) {
+        for i in range {
+            assert_eq!(cq.append(unit(i)).unwrap(), i);
+        }
+    }
+
+    fn files_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn assert_units(cq: &ConsumeQueue, range: std::ops::Range<u64>) {
+        assert_eq!((cq.min_offset(), cq.max_offset()), (range.start, range.end));
+        for i in range {
+            assert_eq!(cq.get(i).unwrap(), unit(i), "queue offset {i}");
+        }
+    }
+
+    #[test]
+    fn is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<ConsumeQueue>();
+    }
+
+    #[test]
+    fn append_get_across_files_and_reopen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cq/T/0");
+        let cq = ConsumeQueue::open(&dir, 25, OPTS, false).unwrap();
+        assert_eq!((cq.min_offset(), cq.max_offset()), (0, 0));
+        assert!(matches!(cq.get(0), Err(StoreError::OutOfRange { .. })));
+        fill(&cq, 0..80);
+        assert_units(&cq, 0..80);
+        assert!(matches!(
+            cq.get(80),
+            Err(StoreError::OutOfRange {
+                offset: 80,
+                min: 0,
+                max: 80
+            })
+        ));
+        assert_eq!(
+            files_in(&dir),
+            [
+                "00000000000000000000",
+                "00000000000000000025",
+                "00000000000000000050",
+                "00000000000000000075"
+            ]
+        );
+        assert_eq!(
+            fs::metadata(dir.join("00000000000000000000")).unwrap().len(),
+            packed::file_len(25)
+        );
+        cq.flush().unwrap();
+        cq.flush().unwrap();
+        drop(cq);
+        for crashed in [false, true] {
+            let cq = ConsumeQueue::open(&dir, 25, OPTS, crashed).unwrap();
+            assert_units(&cq, 0..80);
+        }
+        // Exactly full last file.
+        let cq = ConsumeQueue::open(&dir, 25, OPTS, false).unwrap();
+        fill(&cq, 80..100);
+        drop(cq);
+        for crashed in [false, true] {
+            let cq = ConsumeQueue::open(&dir, 25, OPTS, crashed).unwrap();
+            assert_units(&cq, 0..100);
+        }
+        let cq = ConsumeQueue::open(&dir, 25, OPTS, false).unwrap();
+        fill(&cq, 100..101);
+        assert_units(&cq, 0..101);
+    }
+
+    #[test]
+    fn append_rejects_empty_and_backwards_units() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cq = ConsumeQueue::open(tmp.path(), 25, OPTS, false).unwrap();
+        let empty = CqUnit { size: 0, ..unit(1) };
+        assert!(matches!(cq.append(empty), Err(StoreError::BadArgument(_))));
+        cq.append(unit(5)).unwrap();
+        assert!(matches!(cq.append(unit(4)), Err(StoreError::BadArgument(_))));
+        cq.append(unit(5)).unwrap();
+        assert_eq!(cq.max_offset(), 2);
+        assert!(matches!(
+            ConsumeQueue::open(tmp.path(), 0, OPTS, false),
+            Err(StoreError::BadArgument(_))
+        ));
+    }
+
+    #[test]
+    fn truncate_inside_at_boundary_and_at_max() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+        fill(&cq, 0..80);
+        cq.flush().unwrap();
+
+        cq.truncate(80).unwrap();
+        cq.truncate(1000).unwrap();
+        assert_units(&cq, 0..80);
+
+        // Inside a file: later files go, the rest of this one is zeroed.
+        cq.truncate(60).unwrap();
+        assert_units(&cq, 0..60);
+        assert_eq!(files_in(dir).len(), 3);
+        fill(&cq, 60..70);
+        assert_units(&cq, 0..70);
+
+        // At a file boundary: the file starting there goes.
+        cq.truncate(50).unwrap();
+        assert_units(&cq, 0..50);
+        assert_eq!(files_in(dir), ["00000000000000000000", "00000000000000000025"]);
+        drop(cq);
+        for crashed in [false, true] {
+            let cq = ConsumeQueue::open(dir, 25, OPTS, crashed).unwrap();
+            assert_units(&cq, 0..50);
+        }
+        let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+        fill(&cq, 50..55);
+        assert_units(&cq, 0..55);
+
+        cq.truncate(3).unwrap();
+        assert_eq!(files_in(dir), ["00000000000000000000"]);
+        cq.truncate(0).unwrap();
+        assert_units(&cq, 0..0);
+        fill(&cq, 0..30);
+        drop(cq);
+        let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+        assert_units(&cq, 0..30);
+    }
+
+    #[test]
+    fn truncate_phys_and_purge_below_phys() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+        fill(&cq, 0..120);
+
+        cq.truncate_phys(10_050).unwrap(); // phys = 100 i: keeps 0..=100
+        assert_units(&cq, 0..101);
+        cq.truncate_phys(10_100).unwrap(); // units with phys >= 10100 -> i >= 101: none
+        assert_units(&cq, 0..101);
+        cq.truncate_phys(u64::MAX).unwrap();
+        assert_units(&cq, 0..101);
+
+        cq.purge_below_phys(0).unwrap();
+        assert_eq!(cq.min_offset(), 0);
+        cq.purge_below_phys(5_500).unwrap(); // first kept: 55
+        assert_units(&cq, 55..101);
+        assert!(matches!(
+            cq.get(54),
+            Err(StoreError::OutOfRange {
+                offset: 54,
+                min: 55,
+                max: 101
+            })
+        ));
+        assert_eq!(
+            files_in(dir),
+            ["00000000000000000050", "00000000000000000075", "00000000000000000100"]
+        );
+        cq.purge_below_phys(100).unwrap(); // never goes back
+        assert_eq!(cq.min_offset(), 55);
+
+        // Truncating below min drops everything readable.
+        cq.truncate_phys(0).unwrap();
+        assert_units(&cq, 55..55);
+        assert_eq!(files_in(dir), ["00000000000000000050"]);
+        fill(&cq, 55..60);
+        assert_units(&cq, 55..60);
+
+        // Purging everything keeps the last file.
+        fill(&cq, 60..90);
+        cq.purge_below_phys(u64::MAX).unwrap();
+        assert_units(&cq, 90..90);
+        assert_eq!(files_in(dir), ["00000000000000000075"]);
+        fill(&cq, 90..110);
+        assert_units(&cq, 90..110);
+        drop(cq);
+        // min is not persisted: it restarts at the first file.
+        let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+        assert_units(&cq, 75..110);
+    }
+
+    #[test]
+    fn find_by_timestamp_binary_search() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cq = ConsumeQueue::open(tmp.path(), 25, OPTS, false).unwrap();
+        let ts = |u: &CqUnit| Ok(u.phys / 10);
+        assert_eq!(cq.find_by_timestamp(5, ts).unwrap(), 0);
+        // phys = 100, 100, 200, 200, 300, ... (duplicates): ts = 10, 10, 20, 20, ...
+        for i in 0..60u64 {
+            let u = CqUnit {
+                phys: (i / 2 + 1) * 100,
+                size: 1,
+                tag_hash: 0,
+            };
+            cq.append(u).unwrap();
+        }
+        assert_eq!(cq.find_by_timestamp(0, ts).unwrap(), 0);
+        assert_eq!(cq.find_by_timestamp(10, ts).unwrap(), 0);
+        assert_eq!(cq.find_by_timestamp(11, ts).unwrap(), 2);
+        assert_eq!(cq.find_by_timestamp(20, ts).unwrap(), 2);
+        assert_eq!(cq.find_by_timestamp(150, ts).unwrap(), 28);
+        assert_eq!(cq.find_by_timestamp(300, ts).unwrap(), 58);
+        assert_eq!(cq.find_by_timestamp(301, ts).unwrap(), 60);
+        cq.purge_below_phys(1_000).unwrap();
+        assert_eq!(cq.min_offset(), 18);
+        assert_eq!(cq.find_by_timestamp(0, ts).unwrap(), 18);
+        let failing = |_: &CqUnit| Err(StoreError::Closed);
+        assert!(matches!(cq.find_by_timestamp(0, failing), Err(StoreError::Closed)));
+    }
+
+    /// Overwrites unit `idx` of `path` with `bytes` through std::fs.
+    fn poke(path: &Path, idx: u64, bytes: &[u8; 20]) {
+        let mut f = fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.seek(SeekFrom::Start(packed::unit_pos(idx))).unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    #[test]
+    fn crash_recovery_cuts_at_the_first_gap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+        fill(&cq, 0..70);
+        drop(cq);
+        // Gap at queue offset 60 (file 50, unit 10); 61..70 are still there.
+        poke(&dir.join("00000000000000000050"), 10, &[0; 20]);
+        let cq = ConsumeQueue::open(dir, 25, OPTS, true).unwrap();
+        assert_units(&cq, 0..60);
+        fill(&cq, 60..62);
+        drop(cq);
+        let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+        assert_units(&cq, 0..62); // 62..70 were zeroed, not resurrected
+
+        // A gap in an earlier file (unit 30) with a later, full file: the
+        // later file is deleted.
+        fill(&cq, 62..80);
+        drop(cq);
+        poke(&dir.join("00000000000000000025"), 5, &[0; 20]);
+        let cq = ConsumeQueue::open(dir, 25, OPTS, true).unwrap();
+        assert_units(&cq, 0..30);
+        assert_eq!(files_in(dir), ["00000000000000000000", "00000000000000000025"]);
+        fill(&cq, 30..35);
+        drop(cq);
+        let cq = ConsumeQueue::open(dir, 25, OPTS, true).unwrap();
+        assert_units(&cq, 0..35);
+
+        // A gap at the very start of a far-back file (outside the last three)
+        // is found through that file's empty last unit.
+        fill(&cq, 35..150);
+        drop(cq);
+        poke(&dir.join("00000000000000000025"), 24, &[0; 20]);
+        let cq = ConsumeQueue::open(dir, 25, OPTS, true).unwrap();
+        assert_units(&cq, 0..49);
+        drop(cq);
+        // Without the crash flag that state is refused, not misread.
+        fill(&ConsumeQueue::open(dir, 25, OPTS, false).unwrap(), 49..80);
+        poke(&dir.join("00000000000000000025"), 24, &[0; 20]);
+        let err = ConsumeQueue::open(dir, 25, OPTS, false).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { ref file, .. } if file.ends_with("00000000000000000025")));
+    }
+
+    #[test]
+    fn bad_directory_contents_are_corrupt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ok = |dir: &Path| {
+            let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+            fill(&cq, 0..60);
+        };
+        let is_corrupt = |dir: &Path, name: &str| {
+            for crashed in [false, true] {
+                match ConsumeQueue::open(dir, 25, OPTS, crashed) {
+                    Err(StoreError::Corrupt { file, .. }) => assert!(file.ends_with(name), "{file:?} vs {name}"),
+                    other => panic!("expected Corrupt naming {name}, got {other:?}"),
+                }
+            }
+        };
+        for garbage in [
+            "junk",
+            "0000000000000000000x",
+            "000000000000000000025",
+            "99999999999999999999",
+        ] {
+            let dir = tmp.path().join(format!("g-{garbage}"));
+            ok(&dir);
+            fs::write(dir.join(garbage), b"x").unwrap();
+            is_corrupt(&dir, garbage);
+        }
+        // A subdirectory with a valid name.
+        let dir = tmp.path().join("subdir");
+        ok(&dir);
+        fs::create_dir(dir.join("00000000000000000075")).unwrap();
+        is_corrupt(&dir, "00000000000000000075");
+        // Too long.
+        let dir = tmp.path().join("long");
+        ok(&dir);
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("00000000000000000025"))
+            .unwrap();
+        f.set_len(packed::file_len(25) + 1).unwrap();
+        is_corrupt(&dir, "00000000000000000025");
+        // Non-contiguous (file 25 missing).
+        let dir = tmp.path().join("hole");
+        ok(&dir);
+        fs::remove_file(dir.join("00000000000000000025")).unwrap();
+        is_corrupt(&dir, "00000000000000000050");
+        // Misaligned start.
+        let dir = tmp.path().join("misaligned");
+        ok(&dir);
+        fs::rename(dir.join("00000000000000000050"), dir.join("00000000000000000051")).unwrap();
+        is_corrupt(&dir, "00000000000000000051");
+        // A units-per-file change: files too long, or not contiguous.
+        let dir = tmp.path().join("resized");
+        ConsumeQueue::open(&dir, 50, OPTS, false)
+            .map(|cq| fill(&cq, 0..60))
+            .unwrap();
+        assert!(matches!(
+            ConsumeQueue::open(&dir, 25, OPTS, false),
+            Err(StoreError::Corrupt { .. })
+        ));
+        let dir = tmp.path().join("resized2");
+        ok(&dir);
+        match ConsumeQueue::open(&dir, 50, OPTS, false) {
+            Err(StoreError::Corrupt { file, .. }) => assert!(file.ends_with("00000000000000000025")),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        // A short file is extended with zeros (MappedFile::open) and, being
+        // the last, simply ends earlier.
+        let dir = tmp.path().join("short");
+        ok(&dir);
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("00000000000000000050"))
+            .unwrap();
+        f.set_len(packed::unit_pos(3)).unwrap();
+        let cq = ConsumeQueue::open(&dir, 25, OPTS, false).unwrap();
+        assert_units(&cq, 0..53);
+    }
+
+    #[test]
+    fn concurrent_readers_during_appends_and_truncates() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cq = Arc::new(ConsumeQueue::open(tmp.path(), 25, OPTS, false).unwrap());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (cq, stop) = (Arc::clone(&cq), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let mut seen = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let max = cq.max_offset();
+                        for q in max.saturating_sub(30)..max {
+                            match cq.get(q) {
+                                Ok(u) => {
+                                    assert_eq!(u, unit(q));
+                                    seen += 1;
+                                }
+                                Err(StoreError::OutOfRange { .. }) => {}
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        for round in 0..20u64 {
+            let start = cq.max_offset();
+            fill(&cq, start..start + 60);
+            cq.truncate(start + 60 - round % 40).unwrap();
+            cq.flush().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Append(u8),
+        Truncate(u16),
+        Purge(u16),
+        Reopen(bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1u8..40).prop_map(Op::Append),
+            1 => (0u16..200).prop_map(Op::Truncate),
+            1 => (0u16..200).prop_map(Op::Purge),
+            1 => any::<bool>().prop_map(Op::Reopen),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn matches_a_model(ops in proptest::collection::vec(op(), 1..25)) {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path();
+            let mut cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
+            // Model: unit(i) for i in min..max; phys = 100 i.
+            let (mut min, mut max) = (0u64, 0u64);
+            for op in ops {
+                match op {
+                    Op::Append(n) => {
+                        for _ in 0..n {
+                            prop_assert_eq!(cq.append(unit(max)).unwrap(), max);
+                            max += 1;
+                        }
+                    }
+                    Op::Truncate(q) => {
+                        cq.truncate(q as u64).unwrap();
+                        max = max.min((q as u64).max(min));
+                    }
+                    Op::Purge(q) => {
+                        cq.purge_below_phys(q as u64 * 100).unwrap();
+                        min = min.max((q as u64).min(max));
+                    }
+                    Op::Reopen(crashed) => {
+                        drop(cq);
+                        cq = ConsumeQueue::open(dir, 25, OPTS, crashed).unwrap();
+                        // min restarts at the first file's first unit.
+                        let reopened = cq.min_offset();
+                        prop_assert!(reopened <= min && min - reopened <= 25);
+                        min = reopened;
+                    }
+                }
+                prop_assert_eq!((cq.min_offset(), cq.max_offset()), (min, max));
+                for q in min.saturating_sub(1)..max + 1 {
+                    match cq.get(q) {
+                        Ok(u) => { prop_assert!(q >= min && q < max); prop_assert_eq!(u, unit(q)); }
+                        Err(StoreError::OutOfRange { .. }) => prop_assert!(q < min || q >= max),
+                        Err(e) => prop_assert!(false, "{}", e),
+                    }
+                }
+            }
+        }
+    }
+}
