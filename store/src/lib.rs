@@ -48,17 +48,25 @@
 
 pub mod config;
 pub mod error;
+pub mod key_index;
 mod mapped_file;
 mod packed;
 pub mod record;
 // (modules are added here as they land)
 pub mod checkpoint;
 pub mod commitlog;
+pub mod consume_queue;
 mod flush;
+pub mod queue_table;
 mod recovery;
 pub mod retention;
+pub mod store;
 
 pub use commitlog::{Appended, CommitLog, LogSlice, NewRecord, RecordRef};
 pub use config::{FlushMode, RetentionConfig, StoreConfig};
+pub use consume_queue::{ConsumeQueue, CqUnit};
 pub use error::{Result, StoreError};
+pub use key_index::KeyIndex;
+pub use queue_table::QueueTable;
 pub use record::RecordMeta;
+pub use store::{Dispatch, Dispatcher, Store};

@@ -1,0 +1,1233 @@
+//! A hash index from message key to CommitLog physical offsets: RocketMQ's
+//! `IndexFile`, in our own layout.
+//!
+//! Every key of every message is one entry `(key hash, physical offset,
+//! time)`. Entries whose hashes fall in the same slot are chained newest
+//! first, so a lookup reads one slot and walks its chain. Different keys can
+//! share a hash: callers verify the key of every message returned.
+//!
+//! # Files
+//!
+//! Index files live in `<root>/index/` ([`DIR_NAME`]), each named by the
+//! physical offset of its first entry as 20 decimal digits (`{:020}`). A file
+//! holds at most `index_entries` entries and `index_slots` slots (from the
+//! config). When it is full it is flushed completely, and the next put starts
+//! a new file, so every file but the newest is complete and durable. Entries
+//! are appended in physical-offset order, within a file and across files.
+//!
+//! # Layout of one file (little-endian)
+//!
+//! ```text
+//! [0, 512)                        header, one 512-byte sector
+//! [512, 512 + 4 * slot_count)     slot table (SLOTS_POS, SLOT_SIZE)
+//! [entries_pos, file length)      entries, sector-packed with packed::unit_pos
+//!
+//! entries_pos = 512 + 4 * slot_count, rounded up to a multiple of 512
+//! file length = entries_pos + packed::file_len(max entries)
+//! ```
+//!
+//! Header (only the first [`HEADER_USED`] bytes of the sector are used; the
+//! rest is zero). It is rewritten after every put with one copy inside one
+//! sector, so the disk writes it atomically.
+//!
+//! | offset | size | field                | meaning                                              |
+//! |-------:|-----:|----------------------|------------------------------------------------------|
+//! |      0 |    4 | `magic`              | [`INDEX_MAGIC`]: `"RMI"` and the layout version        |
+//! |      4 |    8 | `begin_timestamp_ms` | store time of the first entry                         |
+//! |     12 |    8 | `end_timestamp_ms`   | greatest store time of any entry                      |
+//! |     20 |    8 | `begin_phys`         | physical offset of the first entry (= the file name)  |
+//! |     28 |    8 | `end_phys`           | physical offset of the last entry                     |
+//! |     36 |    4 | `slot_count`         | slots in the slot table, at least 1                   |
+//! |     40 |    4 | `entry_count`        | entries in use                                        |
+//!
+//! Slot (4 bytes, 4-byte aligned, so never torn): entry number + 1 of the
+//! newest entry whose `key_hash % slot_count` is the slot; 0 = empty.
+//!
+//! Entry ([`ENTRY_SIZE`] bytes, never crossing a sector, see `packed`):
+//!
+//! | offset | size | field          | meaning                                                        |
+//! |-------:|-----:|----------------|----------------------------------------------------------------|
+//! |      0 |    4 | `key_hash`     | CRC32 of the key, with 0 replaced by 1; 0 marks an empty entry  |
+//! |      4 |    8 | `phys`         | CommitLog physical offset of the message                        |
+//! |     12 |    4 | `time_delta_s` | `ts / 1000 - begin_timestamp_ms / 1000`, clamped to `0..=u32::MAX` |
+//! |     16 |    4 | `prev`         | entry number + 1 of the previous entry of the same slot; 0 = none; always below this entry's number + 1 |
+//!
+//! # Sizes
+//!
+//! With the defaults (5 M slots, 20 M entries) a file is
+//! 20,000,768 + 409,600,000 = 429,600,768 bytes (about 410 MiB). A file has at
+//! most [`MAX_SLOTS`] slots and [`MAX_ENTRIES`] entries (an entry number + 1
+//! must fit in a `u32`, with 0 meaning none).
+//!
+//! # Versioning
+//!
+//! The low byte of the magic is the layout version ([`INDEX_VERSION`]). Bump
+//! it on any change a reader of the old version would misread; readers reject
+//! versions they do not know (a `Corrupt` error naming the file), so a
+//! downgrade fails loudly instead of misreading the index.
+//!
+//! # Crash recovery
+//!
+//! After a clean stop the headers are trusted. After a crash, given the
+//! dispatch checkpoint `valid_below` (every entry with a smaller physical
+//! offset was durable): files starting at or above it are deleted; the newest
+//! remaining file is cut back to its prefix of entries below it (stopping at
+//! the first empty entry), its slot table is rebuilt from those entries (their
+//! `prev` links are durable), everything after them is zeroed, and the header
+//! is rewritten. Recovery scans the whole newest file once.
+//!
+//! # Concurrency
+//!
+//! One writer at a time (a `Mutex`, also holding the last physical offset);
+//! any number of concurrent queries. The newest file is mutated while queries
+//! read it, so every file's header, slots and entries are guarded by that
+//! file's `RwLock` (queries read, puts write briefly). Every value read from
+//! disk (slot values, `prev` links, counts) is bounds-checked; corrupt data is
+//! a `Corrupt` error, never a panic or an endless chain walk.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::error::{IoContext, Result, StoreError};
+use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
+use crate::packed::{self, BLOCK_SIZE, UNITS_PER_BLOCK};
+
+/// The directory under the store root that holds the index files.
+pub const DIR_NAME: &str = "index";
+/// The current layout version.
+pub const INDEX_VERSION: u8 = 1;
+/// `"RMI"` in the top three bytes, layout version in the low byte.
+pub const INDEX_MAGIC: u32 = 0x524D_4900 | INDEX_VERSION as u32;
+const MAGIC_FAMILY_MASK: u32 = 0xFFFF_FF00;
+/// The header sector.
+pub const HEADER_LEN: u64 = BLOCK_SIZE;
+/// Bytes of the header sector in use.
+pub const HEADER_USED: usize = 44;
+/// Where the slot table starts.
+pub const SLOTS_POS: u64 = HEADER_LEN;
+/// Size of one slot.
+pub const SLOT_SIZE: u64 = 4;
+/// Size of one entry.
+pub const ENTRY_SIZE: u64 = packed::UNIT_SIZE;
+/// Most slots a file may have.
+pub const MAX_SLOTS: u64 = u32::MAX as u64;
+/// Most entries a file may have.
+pub const MAX_ENTRIES: u64 = u32::MAX as u64 - 1;
+
+// Header field offsets.
+const H_MAGIC: usize = 0;
+const H_BEGIN_TS: usize = 4;
+const H_END_TS: usize = 12;
+const H_BEGIN_PHYS: usize = 20;
+const H_END_PHYS: usize = 28;
+const H_SLOT_COUNT: usize = 36;
+const H_ENTRY_COUNT: usize = 40;
+
+// Entry field offsets.
+const E_HASH: usize = 0;
+const E_PHYS: usize = 4;
+const E_TIME: usize = 12;
+const E_PREV: usize = 16;
+
+/// Where the entries of a file with `slot_count` slots start.
+const fn entries_pos(slot_count: u64) -> u64 {
+    (SLOTS_POS + slot_count * SLOT_SIZE).next_multiple_of(BLOCK_SIZE)
+}
+
+/// Length of an index file with `slots` slots and room for `entries` entries.
+pub const fn index_file_len(slots: u64, entries: u64) -> u64 {
+    entries_pos(slots) + packed::file_len(entries)
+}
+
+/// The hash stored for `key`: CRC32, with 0 replaced by 1 so that a zero
+/// `key_hash` always means "no entry here".
+fn key_hash(key: &[u8]) -> u32 {
+    match crc32fast::hash(key) {
+        0 => 1,
+        h => h,
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header {
+    begin_ts: u64,
+    end_ts: u64,
+    begin_phys: u64,
+    end_phys: u64,
+    slot_count: u32,
+    entry_count: u32,
+}
+
+impl Header {
+    fn encode(&self) -> [u8; HEADER_USED] {
+        let mut b = [0u8; HEADER_USED];
+        b[H_MAGIC..H_MAGIC + 4].copy_from_slice(&INDEX_MAGIC.to_le_bytes());
+        b[H_BEGIN_TS..H_BEGIN_TS + 8].copy_from_slice(&self.begin_ts.to_le_bytes());
+        b[H_END_TS..H_END_TS + 8].copy_from_slice(&self.end_ts.to_le_bytes());
+        b[H_BEGIN_PHYS..H_BEGIN_PHYS + 8].copy_from_slice(&self.begin_phys.to_le_bytes());
+        b[H_END_PHYS..H_END_PHYS + 8].copy_from_slice(&self.end_phys.to_le_bytes());
+        b[H_SLOT_COUNT..H_SLOT_COUNT + 4].copy_from_slice(&self.slot_count.to_le_bytes());
+        b[H_ENTRY_COUNT..H_ENTRY_COUNT + 4].copy_from_slice(&self.entry_count.to_le_bytes());
+        b
+    }
+
+    /// Decodes `b` (at least `HEADER_USED` bytes); returns the magic too.
+    fn decode(b: &[u8]) -> (u32, Header) {
+        let h = Header {
+            begin_ts: u64_at(b, H_BEGIN_TS),
+            end_ts: u64_at(b, H_END_TS),
+            begin_phys: u64_at(b, H_BEGIN_PHYS),
+            end_phys: u64_at(b, H_END_PHYS),
+            slot_count: u32_at(b, H_SLOT_COUNT),
+            entry_count: u32_at(b, H_ENTRY_COUNT),
+        };
+        (u32_at(b, H_MAGIC), h)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    hash: u32,
+    phys: u64,
+    delta: u32,
+    prev: u32,
+}
+
+impl Entry {
+    fn encode(&self) -> [u8; ENTRY_SIZE as usize] {
+        let mut b = [0u8; ENTRY_SIZE as usize];
+        b[E_HASH..E_HASH + 4].copy_from_slice(&self.hash.to_le_bytes());
+        b[E_PHYS..E_PHYS + 8].copy_from_slice(&self.phys.to_le_bytes());
+        b[E_TIME..E_TIME + 4].copy_from_slice(&self.delta.to_le_bytes());
+        b[E_PREV..E_PREV + 4].copy_from_slice(&self.prev.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Entry {
+        Entry {
+            hash: u32_at(b, E_HASH),
+            phys: u64_at(b, E_PHYS),
+            delta: u32_at(b, E_TIME),
+            prev: u32_at(b, E_PREV),
+        }
+    }
+}
+
+/// One open index file.
+///
+/// Soundness of the `unsafe` [`MappedFile`] calls: bytes of a file are only
+/// read or written by the `unsafe fn` helpers below, whose callers either
+/// hold `head` (a read guard to read, the write guard to write) or have
+/// `&mut self` (exclusive access, during open and recovery). Slices never
+/// outlive the helper that takes them (values are copied out), so no byte is
+/// written while a slice of it is alive, and no two threads write at once
+/// (writes need the write guard, and puts are serialized by the writer mutex
+/// of [`KeyIndex`] besides).
+struct IndexFile {
+    mf: MappedFile,
+    slot_count: u64,
+    entries_pos: u64,
+    /// Entries the file has room for, from its size (at most `MAX_ENTRIES`).
+    capacity: u64,
+    /// The header as last written; guards the bytes of the file.
+    head: RwLock<Header>,
+}
+
+impl IndexFile {
+    fn path(&self) -> &Path {
+        self.mf.path()
+    }
+
+    fn corrupt(&self, offset: u64, reason: impl Into<String>) -> StoreError {
+        StoreError::corrupt(self.path(), offset, reason)
+    }
+
+    fn header(&self) -> Header {
+        *read_lock(&self.head)
+    }
+
+    /// Bytes in use: header, slot table and the blocks holding `count` entries.
+    fn used_len(&self, count: u64) -> u64 {
+        (self.entries_pos + packed::file_len(count)).min(self.mf.len())
+    }
+
+    /// Creates a new file with room for `entries` entries and writes (and
+    /// flushes) its header. On failure the file is removed again.
+    fn create(path: &Path, slots: u64, entries: u64, map: MapOptions, phys: u64, ts: u64) -> Result<IndexFile> {
+        let mf = MappedFile::create(path, index_file_len(slots, entries), map)?;
+        let head = Header {
+            begin_ts: ts,
+            end_ts: ts,
+            begin_phys: phys,
+            end_phys: phys,
+            slot_count: slots as u32, // checked by `KeyIndex::open`
+            entry_count: 0,
+        };
+        let file = IndexFile {
+            slot_count: slots,
+            entries_pos: entries_pos(slots),
+            capacity: entries,
+            head: RwLock::new(head),
+            mf,
+        };
+        // SAFETY: the file is not shared yet.
+        let res = unsafe { file.mf.write(0, &head.encode()) }.and_then(|()| file.mf.flush(0, HEADER_LEN));
+        match res {
+            Ok(()) => Ok(file),
+            Err(e) => {
+                drop(file);
+                let _ = fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens and validates an existing file whose name says `name_phys`.
+    fn open(path: &Path, name_phys: u64, map: MapOptions) -> Result<IndexFile> {
+        let len = fs::metadata(path).at(path)?.len();
+        if len < 2 * BLOCK_SIZE || len % BLOCK_SIZE != 0 {
+            return Err(StoreError::corrupt(
+                path,
+                0,
+                format!("file length {len} is not a multiple of {BLOCK_SIZE} of at least two blocks"),
+            ));
+        }
+        let mf = MappedFile::open(path, len, map)?;
+        // SAFETY: the file is not shared yet; the slice dies within the statement.
+        let (magic, head) = Header::decode(unsafe { mf.slice(0, HEADER_USED as u64)? });
+        let bad = |offset: usize, reason: String| Err(StoreError::corrupt(path, offset as u64, reason));
+        if magic & MAGIC_FAMILY_MASK != INDEX_MAGIC & MAGIC_FAMILY_MASK {
+            return bad(H_MAGIC, format!("bad magic {magic:#010x}, not an index file"));
+        }
+        if magic as u8 != INDEX_VERSION {
+            return bad(
+                H_MAGIC,
+                format!(
+                    "index layout version {} is unknown (this build reads version {INDEX_VERSION})",
+                    magic as u8
+                ),
+            );
+        }
+        let slot_count = u64::from(head.slot_count);
+        let ep = entries_pos(slot_count);
+        if slot_count == 0 || ep > len {
+            return bad(
+                H_SLOT_COUNT,
+                format!("slot count {slot_count} does not fit a file of {len} bytes"),
+            );
+        }
+        let capacity = ((len - ep) / BLOCK_SIZE * UNITS_PER_BLOCK).min(MAX_ENTRIES);
+        if u64::from(head.entry_count) > capacity {
+            return bad(
+                H_ENTRY_COUNT,
+                format!(
+                    "entry count {} exceeds the {capacity} entries the file has room for",
+                    head.entry_count
+                ),
+            );
+        }
+        if head.begin_phys != name_phys {
+            return bad(
+                H_BEGIN_PHYS,
+                format!("begin_phys {} does not match the file name", head.begin_phys),
+            );
+        }
+        if head.end_phys < head.begin_phys || head.end_ts < head.begin_ts {
+            return bad(
+                H_END_PHYS,
+                format!(
+                    "range ends before it begins (phys {}..{}, time {}..{})",
+                    head.begin_phys, head.end_phys, head.begin_ts, head.end_ts
+                ),
+            );
+        }
+        Ok(IndexFile {
+            mf,
+            slot_count,
+            entries_pos: ep,
+            capacity,
+            head: RwLock::new(head),
+        })
+    }
+
+    /// # Safety
+    /// The caller holds `head` (read or write) or has exclusive access.
+    unsafe fn read_slot(&self, slot: u64) -> Result<u32> {
+        // SAFETY: per the contract, nothing writes the file while we read it.
+        Ok(u32_at(
+            unsafe { self.mf.slice(SLOTS_POS + slot * SLOT_SIZE, SLOT_SIZE)? },
+            0,
+        ))
+    }
+
+    /// # Safety
+    /// As for [`IndexFile::read_slot`].
+    unsafe fn read_entry(&self, i: u64) -> Result<Entry> {
+        // SAFETY: as for `read_slot`.
+        let b = unsafe { self.mf.slice(self.entries_pos + packed::unit_pos(i), ENTRY_SIZE)? };
+        Ok(Entry::decode(b))
+    }
+
+    /// # Safety
+    /// The caller holds the write guard of `head` or has exclusive access.
+    unsafe fn write_slot(&self, slot: u64, value: u32) -> Result<()> {
+        // SAFETY: per the contract, no slice is alive and no one else writes.
+        unsafe { self.mf.write(SLOTS_POS + slot * SLOT_SIZE, &value.to_le_bytes()) }
+    }
+
+    /// # Safety
+    /// As for [`IndexFile::write_slot`].
+    unsafe fn write_entry(&self, i: u64, e: &Entry) -> Result<()> {
+        // SAFETY: as for `write_slot`.
+        unsafe { self.mf.write(self.entries_pos + packed::unit_pos(i), &e.encode()) }
+    }
+
+    /// # Safety
+    /// As for [`IndexFile::write_slot`].
+    unsafe fn write_header(&self, h: &Header) -> Result<()> {
+        // SAFETY: as for `write_slot`.
+        unsafe { self.mf.write(0, &h.encode()) }
+    }
+
+    /// Appends one entry. The caller is the single writer (holds the writer
+    /// mutex) and has checked that the file has room.
+    fn append(&self, hash: u32, phys: u64, ts: u64) -> Result<()> {
+        let mut head = write_lock(&self.head);
+        let n = u64::from(head.entry_count);
+        if n >= self.capacity {
+            return Err(self.corrupt(H_ENTRY_COUNT as u64, format!("file is full ({n} entries)")));
+        }
+        let slot = u64::from(hash) % self.slot_count;
+        // SAFETY (all calls below): we hold the write guard of `head`.
+        let prev = unsafe { self.read_slot(slot)? };
+        if u64::from(prev) > n {
+            return Err(self.corrupt(
+                SLOTS_POS + slot * SLOT_SIZE,
+                format!("slot {slot} points at entry number {prev} but only {n} entries are in use"),
+            ));
+        }
+        let delta = (ts / 1000)
+            .saturating_sub(head.begin_ts / 1000)
+            .min(u64::from(u32::MAX)) as u32;
+        let entry = Entry {
+            hash,
+            phys,
+            delta,
+            prev,
+        };
+        unsafe { self.write_entry(n, &entry)? };
+        // n < capacity <= MAX_ENTRIES, so n + 1 fits in a u32.
+        unsafe { self.write_slot(slot, n as u32 + 1)? };
+        let mut next = *head;
+        next.entry_count = n as u32 + 1;
+        next.end_phys = phys;
+        next.end_ts = next.end_ts.max(ts);
+        unsafe { self.write_header(&next)? };
+        *head = next;
+        Ok(())
+    }
+
+    /// Pushes onto `out` (until it holds `max`) the offsets of entries with
+    /// `hash` whose time in seconds is in `[bs, es]`, newest first.
+    fn query(&self, hash: u32, bs: u64, es: u64, max: usize, out: &mut Vec<u64>) -> Result<()> {
+        let head = read_lock(&self.head);
+        let count = u64::from(head.entry_count);
+        if count == 0 || head.begin_ts / 1000 > es || head.end_ts / 1000 < bs {
+            return Ok(());
+        }
+        let begin_s = head.begin_ts / 1000;
+        let slot = u64::from(hash) % self.slot_count;
+        // SAFETY (all reads below): we hold a read guard of `head`.
+        let mut cur = u64::from(unsafe { self.read_slot(slot)? });
+        if cur > count {
+            return Err(self.corrupt(
+                SLOTS_POS + slot * SLOT_SIZE,
+                format!("slot {slot} points at entry number {cur} but only {count} entries are in use"),
+            ));
+        }
+        // Every step goes to a strictly smaller entry number, so the walk
+        // takes at most `count` steps whatever the data says.
+        while cur != 0 {
+            let e = unsafe { self.read_entry(cur - 1)? };
+            if e.hash == hash {
+                let t = begin_s + u64::from(e.delta);
+                if (bs..=es).contains(&t) {
+                    out.push(e.phys);
+                    if out.len() >= max {
+                        break;
+                    }
+                }
+            }
+            let prev = u64::from(e.prev);
+            if prev >= cur {
+                return Err(self.corrupt(
+                    self.entries_pos + packed::unit_pos(cur - 1) + E_PREV as u64,
+                    format!("entry {} links to entry number {prev}, which is not older", cur - 1),
+                ));
+            }
+            cur = prev;
+        }
+        Ok(())
+    }
+
+    /// Makes everything written so far durable.
+    fn flush_used(&self) -> Result<()> {
+        let count = u64::from(self.header().entry_count);
+        self.mf.flush(0, self.used_len(count))
+    }
+
+    /// Crash recovery of the newest file: keeps the prefix of entries below
+    /// `valid_below`, rebuilds the slot table, zeroes everything after the
+    /// kept entries and rewrites the header. Returns the entries kept.
+    fn recover(&mut self, valid_below: u64) -> Result<u64> {
+        let mut head = self.header();
+        let mut k = 0;
+        let mut last_phys = head.begin_phys;
+        let mut max_delta = 0u32;
+        // SAFETY (all `unsafe` below): `&mut self` gives exclusive access.
+        while k < self.capacity {
+            let e = unsafe { self.read_entry(k)? };
+            if e.hash == 0 || e.phys >= valid_below {
+                break;
+            }
+            if e.phys < last_phys || u64::from(e.prev) > k {
+                tracing::warn!(
+                    path = %self.path().display(),
+                    entry = k,
+                    "index entry out of order or with a bad link after a crash; cutting the index here"
+                );
+                break;
+            }
+            last_phys = e.phys;
+            max_delta = max_delta.max(e.delta);
+            k += 1;
+        }
+        unsafe { self.mf.zero(SLOTS_POS, self.slot_count * SLOT_SIZE)? };
+        for i in 0..k {
+            let e = unsafe { self.read_entry(i)? };
+            // i < capacity <= MAX_ENTRIES, so i + 1 fits in a u32.
+            unsafe { self.write_slot(u64::from(e.hash) % self.slot_count, i as u32 + 1)? };
+        }
+        let tail = self.entries_pos + packed::unit_pos(k);
+        let tail_end = unsafe { self.mf.nonzero_end(tail)? };
+        if tail_end > tail {
+            unsafe { self.mf.zero(tail, tail_end - tail)? };
+        }
+        let old_count = head.entry_count;
+        head.entry_count = k as u32;
+        head.end_phys = last_phys;
+        head.end_ts = ((head.begin_ts / 1000 + u64::from(max_delta)) * 1000).max(head.begin_ts);
+        unsafe { self.write_header(&head)? };
+        *self.head.get_mut().unwrap_or_else(PoisonError::into_inner) = head;
+        self.mf.flush(0, self.used_len(k).max(tail_end))?;
+        if u64::from(old_count) != k || tail_end > tail {
+            tracing::info!(
+                path = %self.path().display(),
+                header_count = old_count,
+                kept = k,
+                "key index recovered after a crash"
+            );
+        }
+        Ok(k)
+    }
+}
+
+/// Lists `<dir>/<20 digits>` files, sorted by the offset in their names.
+fn list_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let path = entry.path();
+        let name = entry.file_name();
+        let parsed = name
+            .to_str()
+            .filter(|s| s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok());
+        match parsed {
+            Some(phys) if entry.file_type().at(&path)?.is_file() => out.push((phys, path)),
+            _ => tracing::warn!(path = %path.display(), "ignoring a file that is not an index file"),
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// True if the file has no header at all: shorter than one sector, or an
+/// all-zero first sector (created, then a crash before the header was
+/// durable).
+fn header_unwritten(path: &Path) -> Result<bool> {
+    let mut buf = Vec::with_capacity(HEADER_LEN as usize);
+    fs::File::open(path)
+        .and_then(|f| f.take(HEADER_LEN).read_to_end(&mut buf))
+        .at(path)?;
+    Ok(buf.len() < HEADER_LEN as usize || buf.iter().all(|&b| b == 0))
+}
+
+fn remove(path: &Path) -> Result<()> {
+    fs::remove_file(path).at(path)
+}
+
+/// The key index of one store: a sequence of index files, newest last.
+pub struct KeyIndex {
+    dir: PathBuf,
+    slots: u64,
+    entries: u64,
+    map: MapOptions,
+    /// Serializes writers (`put`, `purge_below_phys`); holds the physical
+    /// offset of the last put.
+    writer: Mutex<Option<u64>>,
+    /// Open files, oldest first. Queries clone the list and drop the lock.
+    files: RwLock<Vec<Arc<IndexFile>>>,
+}
+
+impl std::fmt::Debug for KeyIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyIndex")
+            .field("dir", &self.dir)
+            .field("slots", &self.slots)
+            .field("entries", &self.entries)
+            .field("files", &read_lock(&self.files).len())
+            .finish()
+    }
+}
+
+impl KeyIndex {
+    /// Opens or creates `<root>/index/`.
+    ///
+    /// `crashed` means the last stop was a crash; `valid_below` is the
+    /// CommitLog physical offset below which indexed data is known good (the
+    /// dispatch checkpoint). After a crash, files starting at or above
+    /// `valid_below` are deleted and the newest remaining file is cut back to
+    /// its entries below it, with its slot table rebuilt (see the module
+    /// docs). Without a crash the headers are trusted. Every header is
+    /// validated; a bad file is a `Corrupt` error naming it.
+    pub(crate) fn open(
+        root: &Path,
+        slots: u64,
+        entries: u64,
+        map: MapOptions,
+        crashed: bool,
+        valid_below: u64,
+    ) -> Result<Self> {
+        if !(1..=MAX_SLOTS).contains(&slots) {
+            return Err(StoreError::BadArgument(format!(
+                "index_slots {slots} must be between 1 and {MAX_SLOTS}"
+            )));
+        }
+        if !(1..=MAX_ENTRIES).contains(&entries) {
+            return Err(StoreError::BadArgument(format!(
+                "index_entries {entries} must be between 1 and {MAX_ENTRIES}"
+            )));
+        }
+        let dir = root.join(DIR_NAME);
+        fs::create_dir_all(&dir).at(&dir)?;
+        let mut names = list_files(&dir)?;
+        let mut removed = false;
+        if crashed {
+            while let Some((phys, path)) = names.last() {
+                if *phys < valid_below {
+                    break;
+                }
+                tracing::warn!(path = %path.display(), valid_below, "deleting a key index file written after the checkpoint");
+                remove(path)?;
+                removed = true;
+                names.pop();
+            }
+        }
+        let mut files = Vec::with_capacity(names.len());
+        let n = names.len();
+        for (i, (phys, path)) in names.into_iter().enumerate() {
+            let recover = crashed && i + 1 == n;
+            if recover && header_unwritten(&path)? {
+                tracing::warn!(path = %path.display(), "deleting a key index file whose header was never written");
+                remove(&path)?;
+                removed = true;
+                continue;
+            }
+            let mut file = IndexFile::open(&path, phys, map)?;
+            if recover && file.recover(valid_below)? == 0 {
+                drop(file);
+                tracing::warn!(path = %path.display(), "deleting a key index file left without entries by recovery");
+                remove(&path)?;
+                removed = true;
+                continue;
+            }
+            files.push(Arc::new(file));
+        }
+        if removed {
+            sync_dir(&dir)?;
+        }
+        let last = files.last().map(|f| f.header().end_phys);
+        Ok(KeyIndex {
+            dir,
+            slots,
+            entries,
+            map,
+            writer: Mutex::new(last),
+            files: RwLock::new(files),
+        })
+    }
+
+    /// Indexes `key` for the message at `phys` stored at `timestamp_ms`.
+    /// `phys` must be >= the last put's `phys`.
+    pub fn put(&self, key: &[u8], phys: u64, timestamp_ms: u64) -> Result<()> {
+        let mut last = lock(&self.writer);
+        if let Some(l) = *last {
+            if phys < l {
+                return Err(StoreError::BadArgument(format!(
+                    "key index put at physical offset {phys} is below the last one, {l}"
+                )));
+            }
+        }
+        let newest = read_lock(&self.files).last().cloned();
+        let file = match newest {
+            Some(f) if u64::from(f.header().entry_count) < f.capacity.min(self.entries) => f,
+            old => self.roll(old.as_deref(), phys, timestamp_ms)?,
+        };
+        file.append(key_hash(key), phys, timestamp_ms)?;
+        *last = Some(phys);
+        Ok(())
+    }
+
+    /// Flushes the full newest file `old` (if any) and starts a new one at
+    /// `phys`. Called with the writer mutex held.
+    fn roll(&self, old: Option<&IndexFile>, phys: u64, ts: u64) -> Result<Arc<IndexFile>> {
+        if let Some(old) = old {
+            if old.header().begin_phys == phys {
+                return Err(StoreError::BadArgument(format!(
+                    "more keys at physical offset {phys} than a key index file holds ({})",
+                    old.capacity.min(self.entries)
+                )));
+            }
+            old.flush_used()?;
+        }
+        let path = self.dir.join(format!("{phys:020}"));
+        let file = Arc::new(IndexFile::create(&path, self.slots, self.entries, self.map, phys, ts)?);
+        write_lock(&self.files).push(Arc::clone(&file));
+        sync_dir(&self.dir)?;
+        Ok(file)
+    }
+
+    /// Up to `max` physical offsets of messages whose key hash matches and
+    /// whose timestamp (second granularity) falls in `[begin_ms, end_ms]`,
+    /// newest first, searching files newest to oldest and skipping files
+    /// whose time range does not overlap. Hash collisions are possible: the
+    /// caller verifies the key at each offset. A message indexed twice under
+    /// the same key is returned twice.
+    pub fn query(&self, key: &[u8], begin_ms: u64, end_ms: u64, max: usize) -> Result<Vec<u64>> {
+        let mut out = Vec::new();
+        if max == 0 || begin_ms > end_ms {
+            return Ok(out);
+        }
+        let (bs, es) = (begin_ms / 1000, end_ms / 1000);
+        let hash = key_hash(key);
+        let files = read_lock(&self.files).clone();
+        for f in files.iter().rev() {
+            if out.len() >= max {
+                break;
+            }
+            f.query(hash, bs, es, max, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Makes every put so far durable. (Files before the newest were
+    /// flushed completely when the next one started.)
+    pub fn flush(&self) -> Result<()> {
+        let newest = read_lock(&self.files).last().cloned();
+        match newest {
+            Some(f) => f.flush_used(),
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes whole files whose `end_phys < min_phys` (never the newest).
+    pub fn purge_below_phys(&self, min_phys: u64) -> Result<()> {
+        let _writer = lock(&self.writer);
+        let doomed: Vec<Arc<IndexFile>> = {
+            let mut files = write_lock(&self.files);
+            let mut n = 0;
+            while n + 1 < files.len() && files[n].header().end_phys < min_phys {
+                n += 1;
+            }
+            files.drain(..n).collect()
+        };
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        // Queries still holding a file keep its mapping alive after unlink.
+        let mut first_err = None;
+        for f in doomed {
+            if let Err(e) = remove(f.path()) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Err(e) = sync_dir(&self.dir) {
+            first_err.get_or_insert(e);
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    use proptest::prelude::*;
+
+    fn open(root: &Path, slots: u64, entries: u64, crashed: bool, valid_below: u64) -> KeyIndex {
+        KeyIndex::open(root, slots, entries, MapOptions::default(), crashed, valid_below).unwrap()
+    }
+
+    fn all(ki: &KeyIndex, key: &[u8]) -> Vec<u64> {
+        ki.query(key, 0, u64::MAX, usize::MAX).unwrap()
+    }
+
+    fn index_files(root: &Path) -> Vec<u64> {
+        list_files(&root.join(DIR_NAME))
+            .unwrap()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    fn keys_with_distinct_crcs(n: usize) -> Vec<Vec<u8>> {
+        let mut seen = std::collections::HashSet::new();
+        (0..)
+            .map(|i| format!("key-{i}").into_bytes())
+            .filter(|k| seen.insert(key_hash(k)))
+            .take(n)
+            .collect()
+    }
+
+    #[test]
+    fn is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<KeyIndex>();
+    }
+
+    #[test]
+    fn put_and_query_basic() {
+        let dir = tempfile::tempdir().unwrap();
+        let ki = open(dir.path(), 64, 200, false, 0);
+        assert!(all(&ki, b"a").is_empty());
+        ki.put(b"a", 0, 1_000).unwrap();
+        ki.put(b"b", 100, 2_000).unwrap();
+        ki.put(b"a", 200, 3_000).unwrap();
+        assert_eq!(all(&ki, b"a"), vec![200, 0]);
+        assert_eq!(all(&ki, b"b"), vec![100]);
+        assert!(all(&ki, b"c").is_empty());
+        assert!(ki.query(b"a", 5_000, 1_000, 10).unwrap().is_empty());
+        assert!(ki.query(b"a", 0, u64::MAX, 0).unwrap().is_empty());
+        assert!(matches!(ki.put(b"a", 199, 4_000), Err(StoreError::BadArgument(_))));
+        ki.flush().unwrap();
+        assert_eq!(index_files(dir.path()), vec![0]);
+        assert_eq!(
+            fs::metadata(dir.path().join("index").join(format!("{:020}", 0)))
+                .unwrap()
+                .len(),
+            index_file_len(64, 200)
+        );
+    }
+
+    #[test]
+    fn default_file_size_matches_the_docs() {
+        assert_eq!(index_file_len(5_000_000, 20_000_000), 429_600_768);
+        assert_eq!(entries_pos(1), 1024);
+        assert_eq!(entries_pos(128), 1024);
+        assert_eq!(entries_pos(129), 1536);
+    }
+
+    #[test]
+    fn many_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let ki = open(dir.path(), 97, 10_000, false, 0);
+        let keys = keys_with_distinct_crcs(500);
+        let mut phys = 0;
+        for round in 0..3u64 {
+            for k in &keys {
+                ki.put(k, phys, 1_000 * round).unwrap();
+                phys += 10;
+            }
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let i = i as u64 * 10;
+            assert_eq!(all(&ki, k), vec![i + 10_000, i + 5_000, i]);
+            assert_eq!(ki.query(k, 1_000, 1_999, 10).unwrap(), vec![i + 5_000]);
+        }
+    }
+
+    #[test]
+    fn collisions_with_tiny_slot_counts() {
+        let keys = keys_with_distinct_crcs(12);
+        for slots in 1..=4 {
+            let dir = tempfile::tempdir().unwrap();
+            let ki = open(dir.path(), slots, 1_000, false, 0);
+            let mut expected: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
+            for n in 0..200u64 {
+                let k = ((n * 7) % keys.len() as u64) as usize;
+                ki.put(&keys[k], n * 3, 1_000 + n).unwrap();
+                expected[k].insert(0, n * 3);
+            }
+            for (k, key) in keys.iter().enumerate() {
+                assert_eq!(all(&ki, key), expected[k], "slots {slots}, key {k}");
+            }
+            assert!(all(&ki, b"absent").is_empty());
+        }
+    }
+
+    #[test]
+    fn time_range_max_and_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let ki = open(dir.path(), 4, 1_000, false, 0);
+        // One put per second, t = 10 s .. 29 s, plus noise under other keys.
+        for s in 0..20u64 {
+            ki.put(b"k", s * 100, (10 + s) * 1_000 + 500).unwrap();
+            ki.put(b"other", s * 100 + 50, (10 + s) * 1_000 + 600).unwrap();
+        }
+        // [15 s, 17 s] at second granularity, whatever the milliseconds.
+        assert_eq!(ki.query(b"k", 15_999, 17_001, 100).unwrap(), vec![700, 600, 500]);
+        assert_eq!(ki.query(b"k", 15_000, 17_999, 2).unwrap(), vec![700, 600]);
+        assert_eq!(ki.query(b"k", 0, 9_999, 100).unwrap(), Vec::<u64>::new());
+        assert_eq!(ki.query(b"k", 30_000, 99_999, 100).unwrap(), Vec::<u64>::new());
+        assert_eq!(ki.query(b"k", 0, u64::MAX, 3).unwrap(), vec![1_900, 1_800, 1_700]);
+        let got = all(&ki, b"k");
+        assert_eq!(got.len(), 20);
+        assert!(got.windows(2).all(|w| w[0] > w[1]), "newest first: {got:?}");
+    }
+
+    #[test]
+    fn out_of_order_timestamps_are_clamped_to_the_file_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let ki = open(dir.path(), 4, 1_000, false, 0);
+        ki.put(b"k", 0, 50_000).unwrap();
+        ki.put(b"k", 10, 20_000).unwrap();
+        assert_eq!(ki.query(b"k", 50_000, 50_999, 10).unwrap(), vec![10, 0]);
+    }
+
+    #[test]
+    fn rolls_over_files_and_reopens_identically() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = keys_with_distinct_crcs(7);
+        let ki = open(dir.path(), 3, 10, false, 0);
+        for n in 0..95u64 {
+            ki.put(&keys[n as usize % 7], n * 16, n * 1_000).unwrap();
+        }
+        let files = index_files(dir.path());
+        assert_eq!(files.len(), 10);
+        assert_eq!(files[..3], [0, 160, 320]);
+        let snapshot = |ki: &KeyIndex| -> Vec<Vec<u64>> {
+            let mut v: Vec<_> = keys.iter().map(|k| all(ki, k)).collect();
+            v.extend(keys.iter().map(|k| ki.query(k, 25_000, 61_999, 4).unwrap()));
+            v
+        };
+        let before = snapshot(&ki);
+        assert_eq!(
+            before[0],
+            (0..95).rev().filter(|n| n % 7 == 0).map(|n| n * 16).collect::<Vec<_>>()
+        );
+        // A window spanning files 2..=6, limited to 4 results.
+        assert_eq!(before[7 + 3], vec![59 * 16, 52 * 16, 45 * 16, 38 * 16]);
+        ki.flush().unwrap();
+        drop(ki);
+        let ki = open(dir.path(), 3, 10, false, 0);
+        assert_eq!(snapshot(&ki), before);
+        // The reopened index continues the newest file.
+        ki.put(&keys[0], 95 * 16, 95_000).unwrap();
+        assert_eq!(all(&ki, &keys[0])[0], 95 * 16);
+        assert_eq!(index_files(dir.path()).len(), 10);
+        assert!(matches!(ki.put(&keys[0], 0, 95_000), Err(StoreError::BadArgument(_))));
+    }
+
+    #[test]
+    fn too_many_keys_at_one_offset_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ki = open(dir.path(), 3, 2, false, 0);
+        ki.put(b"a", 5, 0).unwrap();
+        ki.put(b"b", 5, 0).unwrap();
+        assert!(matches!(ki.put(b"c", 5, 0), Err(StoreError::BadArgument(_))));
+        ki.put(b"c", 6, 0).unwrap();
+        assert_eq!(all(&ki, b"a"), vec![5]);
+        assert_eq!(all(&ki, b"c"), vec![6]);
+    }
+
+    #[test]
+    fn crash_recovery_cuts_back_to_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = keys_with_distinct_crcs(5);
+        let ki = open(dir.path(), 2, 10, false, 0);
+        // 100 entries at phys 0, 10, ..., 990: files start at 0, 100, ..., 900.
+        for n in 0..100u64 {
+            ki.put(&keys[n as usize % 5], n * 10, 1_000 + n).unwrap();
+        }
+        drop(ki); // no flush: a crash
+
+        // valid_below 555 is inside the file starting at 500.
+        let ki = open(dir.path(), 2, 10, true, 555);
+        assert_eq!(index_files(dir.path()), vec![0, 100, 200, 300, 400, 500]);
+        let expect = |below: u64, k: usize| -> Vec<u64> {
+            (0..100u64)
+                .rev()
+                .filter(|n| n % 5 == k as u64 && n * 10 < below)
+                .map(|n| n * 10)
+                .collect()
+        };
+        for (k, key) in keys.iter().enumerate() {
+            assert_eq!(all(&ki, key), expect(555, k));
+        }
+        // New puts after recovery land after the kept entries (fewer than were cut).
+        ki.put(&keys[0], 560, 5_000).unwrap();
+        ki.put(&keys[1], 570, 5_000).unwrap();
+        ki.put(b"new", 580, 5_000).unwrap();
+        assert_eq!(all(&ki, &keys[0])[..2], [560, 550]);
+        assert_eq!(all(&ki, b"new"), vec![580]);
+        drop(ki);
+
+        // A second crash with everything valid must not bring back the cut entries.
+        let ki = open(dir.path(), 2, 10, true, u64::MAX);
+        let mut k0 = expect(555, 0);
+        k0.insert(0, 560);
+        assert_eq!(all(&ki, &keys[0]), k0);
+        let mut k1 = expect(555, 1);
+        k1.insert(0, 570);
+        assert_eq!(all(&ki, &keys[1]), k1);
+        for (k, key) in keys.iter().enumerate().skip(2) {
+            assert_eq!(all(&ki, key), expect(555, k));
+        }
+        assert_eq!(all(&ki, b"new"), vec![580]);
+
+        // Cutting a whole file away and reopening cleanly afterwards.
+        drop(ki);
+        let ki = open(dir.path(), 2, 10, true, 500);
+        assert_eq!(index_files(dir.path()), vec![0, 100, 200, 300, 400]);
+        assert_eq!(all(&ki, &keys[0]), expect(500, 0));
+        ki.put(&keys[0], 500, 9_000).unwrap();
+        ki.flush().unwrap();
+        drop(ki);
+        let ki = open(dir.path(), 2, 10, false, 0);
+        assert_eq!(index_files(dir.path()), vec![0, 100, 200, 300, 400, 500]);
+        assert_eq!(all(&ki, &keys[0])[..2], [500, 450]);
+    }
+
+    #[test]
+    fn crash_recovery_deletes_a_file_with_an_unwritten_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let ki = open(dir.path(), 2, 10, false, 0);
+        ki.put(b"a", 0, 0).unwrap();
+        drop(ki);
+        let stray = dir.path().join("index").join(format!("{:020}", 50));
+        fs::write(&stray, vec![0u8; 4096]).unwrap();
+        assert!(matches!(
+            KeyIndex::open(dir.path(), 2, 10, MapOptions::default(), false, 0),
+            Err(StoreError::Corrupt { .. })
+        ));
+        let ki = open(dir.path(), 2, 10, true, 100);
+        assert!(!stray.exists());
+        assert_eq!(all(&ki, b"a"), vec![0]);
+    }
+
+    /// Byte position of entry `i` in a file with `slots` slots.
+    fn entry_byte(slots: u64, i: u64) -> u64 {
+        entries_pos(slots) + packed::unit_pos(i)
+    }
+
+    #[test]
+    fn corrupt_links_are_errors_not_panics_or_loops() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index").join(format!("{:020}", 0));
+        let ki = open(dir.path(), 1, 10, false, 0);
+        for n in 0..3 {
+            ki.put(b"k", n, 0).unwrap();
+        }
+        ki.flush().unwrap();
+        drop(ki);
+        let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+
+        // Slot 0 points far beyond the entries.
+        file.write_at(&u32::MAX.to_le_bytes(), SLOTS_POS).unwrap();
+        let ki = open(dir.path(), 1, 10, false, 0);
+        assert!(matches!(
+            ki.query(b"k", 0, u64::MAX, 10),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert!(matches!(ki.put(b"k", 3, 0), Err(StoreError::Corrupt { .. })));
+        drop(ki);
+
+        // Entry 1 links to itself (entry number + 1 = 2).
+        file.write_at(&3u32.to_le_bytes(), SLOTS_POS).unwrap();
+        file.write_at(&2u32.to_le_bytes(), entry_byte(1, 1) + E_PREV as u64)
+            .unwrap();
+        let ki = open(dir.path(), 1, 10, false, 0);
+        let err = ki.query(b"k", 0, u64::MAX, 10).unwrap_err();
+        assert!(err.to_string().contains("not older"), "{err}");
+        // A limit reached before the bad link stops the walk first.
+        assert_eq!(ki.query(b"k", 0, u64::MAX, 2).unwrap(), vec![2, 1]);
+        drop(ki);
+
+        // Entry 1 links forward, past the entry count.
+        file.write_at(&u32::MAX.to_le_bytes(), entry_byte(1, 1) + E_PREV as u64)
+            .unwrap();
+        let ki = open(dir.path(), 1, 10, false, 0);
+        assert!(ki.query(b"k", 0, u64::MAX, 10).is_err());
+        drop(ki);
+
+        // Crash recovery cuts at the bad link and rebuilds a sound chain.
+        let ki = open(dir.path(), 1, 10, true, u64::MAX);
+        assert_eq!(all(&ki, b"k"), vec![0]);
+    }
+
+    #[test]
+    fn bad_headers_are_corrupt_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index").join(format!("{:020}", 0));
+        let ki = open(dir.path(), 4, 10, false, 0);
+        ki.put(b"k", 0, 0).unwrap();
+        ki.flush().unwrap();
+        drop(ki);
+        let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let expect_corrupt = |what: &str| {
+            for crashed in [false, true] {
+                match KeyIndex::open(dir.path(), 4, 10, MapOptions::default(), crashed, u64::MAX) {
+                    Err(StoreError::Corrupt { file, .. }) => assert_eq!(file, path, "{what}"),
+                    other => panic!("{what}: expected a corrupt error, got {other:?}"),
+                }
+            }
+        };
+        let good = fs::read(&path).unwrap();
+        file.write_at(&(INDEX_MAGIC + 1).to_le_bytes(), 0).unwrap();
+        expect_corrupt("version");
+        file.write_at(&0xDEAD_BEEFu32.to_le_bytes(), 0).unwrap();
+        expect_corrupt("magic");
+        file.write_at(&good, 0).unwrap();
+        file.write_at(&1_000u32.to_le_bytes(), H_ENTRY_COUNT as u64).unwrap();
+        expect_corrupt("entry count");
+        file.write_at(&good, 0).unwrap();
+        file.write_at(&u32::MAX.to_le_bytes(), H_SLOT_COUNT as u64).unwrap();
+        expect_corrupt("slot count");
+        file.write_at(&good, 0).unwrap();
+        file.write_at(&7u64.to_le_bytes(), H_BEGIN_PHYS as u64).unwrap();
+        expect_corrupt("begin_phys");
+        file.write_at(&good, 0).unwrap();
+        file.set_len(700).unwrap();
+        expect_corrupt("length");
+    }
+
+    #[test]
+    fn purge_below_phys_deletes_old_files_but_never_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let ki = open(dir.path(), 2, 10, false, 0);
+        for n in 0..35u64 {
+            ki.put(b"k", n * 10, 0).unwrap();
+        }
+        assert_eq!(index_files(dir.path()), vec![0, 100, 200, 300]);
+        ki.purge_below_phys(90).unwrap(); // file 0 ends at 90: kept
+        assert_eq!(index_files(dir.path()), vec![0, 100, 200, 300]);
+        ki.purge_below_phys(91).unwrap();
+        assert_eq!(index_files(dir.path()), vec![100, 200, 300]);
+        assert_eq!(all(&ki, b"k").len(), 25);
+        ki.purge_below_phys(u64::MAX).unwrap();
+        assert_eq!(index_files(dir.path()), vec![300]);
+        assert_eq!(all(&ki, b"k"), vec![340, 330, 320, 310, 300]);
+        ki.put(b"k", 350, 0).unwrap();
+        assert_eq!(all(&ki, b"k")[0], 350);
+        drop(ki);
+        let ki = open(dir.path(), 2, 10, false, 0);
+        assert_eq!(all(&ki, b"k").len(), 6);
+    }
+
+    #[test]
+    fn concurrent_queries_during_puts() {
+        let dir = tempfile::tempdir().unwrap();
+        let ki = open(dir.path(), 3, 50, false, 0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for n in 0..2_000u64 {
+                    ki.put(if n % 2 == 0 { b"even" } else { b"odd!" }, n, n).unwrap();
+                }
+            });
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        let got = all(&ki, b"even");
+                        assert!(got.windows(2).all(|w| w[0] > w[1]));
+                        assert!(got.iter().all(|p| p % 2 == 0));
+                        if let Some(&top) = got.first() {
+                            assert_eq!(got.len() as u64, top / 2 + 1);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(all(&ki, b"odd!").len(), 1_000);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn matches_a_model(
+            slots in 1u64..5,
+            entries in 1u64..12,
+            puts in proptest::collection::vec((0usize..6, 1u64..4, 0u64..3_000), 1..80),
+            queries in proptest::collection::vec((0usize..7, 0u64..300_000, 0u64..300_000, 1usize..8), 1..10),
+            valid_below in 0u64..300,
+        ) {
+            let keys = keys_with_distinct_crcs(7); // key 6 is never put
+            let dir = tempfile::tempdir().unwrap();
+            let ki = open(dir.path(), slots, entries, false, 0);
+            let (mut phys, mut ts) = (0u64, 0u64);
+            let mut model = Vec::new(); // (key, phys, ts) in put order
+            for (k, dp, dt) in puts {
+                phys += dp;
+                ts += dt;
+                ki.put(&keys[k], phys, ts).unwrap();
+                model.push((k, phys, ts));
+            }
+            let check = |ki: &KeyIndex, below: u64| -> Result<(), TestCaseError> {
+                for &(k, a, b, max) in &queries {
+                    let (a, b) = (a.min(b), a.max(b));
+                    let expected: Vec<u64> = model
+                        .iter()
+                        .rev()
+                        .filter(|&&(mk, p, t)| mk == k && p < below && (a / 1000..=b / 1000).contains(&(t / 1000)))
+                        .map(|&(_, p, _)| p)
+                        .take(max)
+                        .collect();
+                    prop_assert_eq!(ki.query(&keys[k], a, b, max).unwrap(), expected);
+                }
+                Ok(())
+            };
+            check(&ki, u64::MAX)?;
+            drop(ki);
+            check(&open(dir.path(), slots, entries, false, 0), u64::MAX)?;
+            check(&open(dir.path(), slots, entries, true, valid_below), valid_below)?;
+        }
+    }
+}
