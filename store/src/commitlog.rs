@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::checkpoint::CheckpointFile;
-use crate::config::StoreConfig;
+use crate::config::{FlushMode, StoreConfig};
 use crate::error::{IoContext, Result, StoreError};
 use crate::flush::{DurableCallback, FlushShared};
 use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
@@ -139,18 +139,26 @@ impl RecordRef {
     }
 }
 
+/// State only the writer touches.
+#[derive(Default)]
+pub(crate) struct Writer {
+    /// The segment the last append wrote to (saves a lookup per append);
+    /// cleared by anything that changes the segment list's tail.
+    active: Option<Arc<Segment>>,
+    /// Disk usage (percent, limit) while appends are refused.
+    disk_full: Option<(f64, f64)>,
+}
+
 pub(crate) struct Inner {
     pub dir: PathBuf,
     pub cfg: StoreConfig,
     pub map_opts: MapOptions,
     pub segments: RwLock<Vec<Arc<Segment>>>,
-    pub writer: Mutex<()>,
+    pub writer: Mutex<Writer>,
     /// End of the last complete record (the next append position).
     pub written: AtomicU64,
     /// First readable offset.
     pub log_start: AtomicU64,
-    /// Disk usage (percent, limit) while appends are refused.
-    pub disk_full: Mutex<Option<(f64, f64)>>,
     pub flush: Arc<FlushShared>,
     pub checkpoint: Arc<CheckpointFile>,
     pub closed: AtomicBool,
@@ -236,10 +244,9 @@ impl CommitLog {
             cfg: cfg.clone(),
             map_opts,
             segments: RwLock::new(recovered.segments),
-            writer: Mutex::new(()),
+            writer: Mutex::new(Writer::default()),
             written: AtomicU64::new(recovered.end),
             log_start: AtomicU64::new(recovered.log_start),
-            disk_full: Mutex::new(None),
             flush: Arc::new(FlushShared::new(flushed)),
             checkpoint: Arc::new(checkpoint),
             closed: AtomicBool::new(false),
@@ -260,10 +267,6 @@ impl CommitLog {
         })?;
         crate::flush::spawn_flusher(&inner)?;
         Ok(CommitLog { inner })
-    }
-
-    pub(crate) fn inner(&self) -> &Arc<Inner> {
-        &self.inner
     }
 
     pub fn checkpoint(&self) -> &Arc<CheckpointFile> {
@@ -319,7 +322,7 @@ impl CommitLog {
     /// Refuses (`Some((used_percent, limit_percent))`) or allows (`None`)
     /// appends; set by retention from the disk-use watermarks.
     pub fn set_disk_full(&self, state: Option<(f64, f64)>) {
-        *lock(&self.inner.disk_full) = state;
+        lock(&self.inner.writer).disk_full = state;
     }
 
     /// Appends a batch of records and returns their offsets. The records are
@@ -329,11 +332,11 @@ impl CommitLog {
     /// writes nothing.
     pub fn append(&self, records: &[NewRecord<'_>]) -> Result<Appended> {
         let inner = &*self.inner;
-        let _w = lock(&inner.writer);
+        let mut w = lock(&inner.writer);
         if inner.closed.load(Ordering::Acquire) {
             return Err(StoreError::Closed);
         }
-        if let Some((used_percent, limit_percent)) = *lock(&inner.disk_full) {
+        if let Some((used_percent, limit_percent)) = w.disk_full {
             return Err(StoreError::DiskFull {
                 used_percent,
                 limit_percent,
@@ -351,9 +354,12 @@ impl CommitLog {
         let seg_size = inner.seg_size();
         let mut pos = inner.written.load(Ordering::Relaxed);
         let mut offsets = Vec::with_capacity(records.len());
-        let mut seg = match inner.segment_for(pos) {
+        let mut seg = match w.active.take().filter(|s| s.start <= pos && pos < s.end()) {
             Some(s) => s,
-            None => self.roll(pos)?,
+            None => match inner.segment_for(pos) {
+                Some(s) => s,
+                None => self.roll(pos)?,
+            },
         };
         for r in records {
             let n = record::encoded_len(r.payload.len()) as u64;
@@ -380,6 +386,7 @@ impl CommitLog {
             pos += n;
         }
         inner.written.store(pos, Ordering::Release);
+        w.active = Some(seg);
         Ok(Appended { offsets, end: pos })
     }
 
@@ -400,14 +407,10 @@ impl CommitLog {
 
     /// Blocks until [`CommitLog::on_durable`] would have fired for `end`.
     pub fn wait_durable(&self, end: u64) -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.on_durable(
-            end,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        rx.recv().map_err(|_| StoreError::Closed)?
+        match self.inner.cfg.flush_mode {
+            FlushMode::Async => Ok(()),
+            FlushMode::Sync => self.inner.flush.wait(end),
+        }
     }
 
     /// Msyncs everything written so far, whatever the flush mode, and
@@ -514,8 +517,16 @@ impl CommitLog {
     /// durability callbacks for the dropped range are completed: there is
     /// nothing left of it to make durable.
     pub fn truncate(&self, offset: u64) -> Result<()> {
+        let result = self.truncate_locked(offset);
+        self.inner.flush.fire_ready();
+        result
+    }
+
+    fn truncate_locked(&self, offset: u64) -> Result<()> {
         let inner = &*self.inner;
-        let _w = lock(&inner.writer);
+        // Drop the cached segment: it would count as a live view below.
+        let mut w = lock(&inner.writer);
+        w.active = None;
         let _io = inner.flush.io_lock();
         let end = inner.written.load(Ordering::Acquire);
         let min = inner.log_start.load(Ordering::Acquire);
@@ -530,8 +541,10 @@ impl CommitLog {
             .ok_or(StoreError::OutOfRange { offset, min, max: end })?;
         self.check_boundary(&seg, offset, end)?;
 
-        // Lower the checkpoint first: if we crash half-way, recovery starts
-        // at or before the cut and finds it by scanning.
+        // Make what we keep durable, then lower the checkpoint: if we crash
+        // half-way, recovery starts at or before the cut and finds it by
+        // scanning.
+        crate::flush::flush_to_locked(inner, offset)?;
         inner.checkpoint.update(|c| {
             c.flushed = c.flushed.min(offset);
             c.dispatched = c.dispatched.min(offset);
@@ -625,7 +638,9 @@ impl CommitLog {
     /// newest one). Returns the new minimum offset.
     pub fn purge_before(&self, offset: u64) -> Result<u64> {
         let inner = &*self.inner;
-        let _w = lock(&inner.writer);
+        // Drop the cached segment: it would count as a live view below.
+        let mut w = lock(&inner.writer);
+        w.active = None;
         let _io = inner.flush.io_lock();
         let removed: Vec<Arc<Segment>> = {
             let mut segs = inner.segs_mut();
@@ -655,8 +670,16 @@ impl CommitLog {
     /// that installs a snapshot continues at the same physical offsets as the
     /// rest of its group.
     pub fn reset(&self, offset: u64) -> Result<()> {
+        let result = self.reset_locked(offset);
+        self.inner.flush.fire_ready();
+        result
+    }
+
+    fn reset_locked(&self, offset: u64) -> Result<()> {
         let inner = &*self.inner;
-        let _w = lock(&inner.writer);
+        // Drop the cached segment: it would count as a live view below.
+        let mut w = lock(&inner.writer);
+        w.active = None;
         let _io = inner.flush.io_lock();
         let seg_start = offset - offset % inner.seg_size();
         inner.checkpoint.update(|c| {

@@ -24,17 +24,41 @@ use crate::error::{Result, StoreError};
 pub type DurableCallback = Box<dyn FnOnce(Result<()>) + Send>;
 
 struct State {
+    /// Callbacks waiting for the flushed mark to reach their offset.
     waiters: Vec<(u64, DurableCallback)>,
+    /// Threads blocked in [`FlushShared::wait`], and the highest offset one
+    /// of them waits for. They share one condvar, woken once per round.
+    blocked: usize,
+    blocked_end: u64,
+    /// Bumped by every failed round and every truncate, so that blocked
+    /// threads can tell their wait is over without being satisfied.
+    failures: u64,
+    last_error: String,
+    truncations: u64,
+    /// The flusher is parked on `wake` (otherwise nobody needs to wake it).
+    idle: bool,
     shutdown: bool,
+}
+
+impl State {
+    fn has_work(&self, flushed: u64) -> bool {
+        !self.waiters.is_empty() || self.blocked_end > flushed
+    }
 }
 
 pub(crate) struct FlushShared {
     state: Mutex<State>,
+    /// Wakes the flusher.
     wake: Condvar,
+    /// Wakes threads blocked in `wait`.
+    durable: Condvar,
     io: Mutex<()>,
     flushed: AtomicU64,
     rounds: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Callbacks whose round is over, run by [`FlushShared::fire_ready`]
+    /// once no store lock is held (a callback may append again).
+    ready: Mutex<Vec<(DurableCallback, Result<()>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -46,13 +70,21 @@ impl FlushShared {
         FlushShared {
             state: Mutex::new(State {
                 waiters: Vec::new(),
+                blocked: 0,
+                blocked_end: 0,
+                failures: 0,
+                last_error: String::new(),
+                truncations: 0,
+                idle: false,
                 shutdown: false,
             }),
             wake: Condvar::new(),
+            durable: Condvar::new(),
             io: Mutex::new(()),
             flushed: AtomicU64::new(flushed),
             rounds: AtomicU64::new(0),
             thread: Mutex::new(None),
+            ready: Mutex::new(Vec::new()),
         }
     }
 
@@ -76,7 +108,7 @@ impl FlushShared {
     }
 
     /// Registers `cb` for when everything below `end` is msynced and wakes
-    /// the flusher.
+    /// the flusher if it sleeps.
     pub fn request(&self, end: u64, cb: DurableCallback) {
         let mut st = lock(&self.state);
         if st.shutdown {
@@ -88,37 +120,92 @@ impl FlushShared {
             return cb(Ok(()));
         }
         st.waiters.push((end, cb));
-        drop(st);
-        self.wake.notify_one();
+        if st.idle {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Blocks until everything below `end` is msynced (cheaper than a
+    /// callback for a blocked thread: one shared condvar, one wake-up per
+    /// round for all of them).
+    pub fn wait(&self, end: u64) -> Result<()> {
+        let mut st = lock(&self.state);
+        let (failures, truncations) = (st.failures, st.truncations);
+        loop {
+            if self.flushed() >= end || st.truncations != truncations {
+                return Ok(());
+            }
+            if st.shutdown {
+                return Err(StoreError::Closed);
+            }
+            if st.failures != failures {
+                return Err(StoreError::Io {
+                    path: Default::default(),
+                    source: std::io::Error::other(st.last_error.clone()),
+                });
+            }
+            st.blocked += 1;
+            st.blocked_end = st.blocked_end.max(end);
+            if st.idle {
+                self.wake.notify_one();
+            }
+            st = self.durable.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.blocked -= 1;
+        }
     }
 
     /// After a truncate or reset to `offset` (with `io` held and everything
     /// kept below `offset` already msynced): nothing is left to wait for.
     pub fn truncated(&self, offset: u64) {
         self.flushed.store(offset, Ordering::Release);
-        let done = std::mem::take(&mut lock(&self.state).waiters);
-        for (_, cb) in done {
-            cb(Ok(()));
+        let done = {
+            let mut st = lock(&self.state);
+            st.truncations += 1;
+            st.blocked_end = 0;
+            self.durable.notify_all();
+            std::mem::take(&mut st.waiters)
+        };
+        lock(&self.ready).extend(done.into_iter().map(|(_, cb)| (cb, Ok(()))));
+    }
+
+    /// Runs the callbacks of finished rounds. Called with no store lock held.
+    pub fn fire_ready(&self) {
+        let ready = std::mem::take(&mut *lock(&self.ready));
+        for (cb, result) in ready {
+            cb(result);
         }
     }
 
+    /// Ends a flush round that reached `upto` (or failed).
     fn complete(&self, upto: u64, result: &Result<()>) {
         let done: Vec<_> = {
             let mut st = lock(&self.state);
+            if let Err(e) = result {
+                st.failures += 1;
+                st.last_error = e.to_string();
+            }
+            if st.blocked > 0 {
+                self.durable.notify_all();
+            }
+            if st.blocked_end <= upto {
+                st.blocked_end = 0;
+            }
             let (done, keep) = std::mem::take(&mut st.waiters)
                 .into_iter()
-                .partition(|(end, _)| *end <= upto);
+                .partition(|(end, _)| *end <= upto || result.is_err());
             st.waiters = keep;
             done
         };
+        let mut ready = lock(&self.ready);
         for (_, cb) in done {
-            cb(match result {
+            let r = match result {
                 Ok(()) => Ok(()),
                 Err(e) => Err(StoreError::Io {
                     path: Default::default(),
                     source: std::io::Error::other(e.to_string()),
                 }),
-            });
+            };
+            ready.push((cb, r));
         }
     }
 
@@ -127,6 +214,7 @@ impl FlushShared {
         let pending = {
             let mut st = lock(&self.state);
             st.shutdown = true;
+            self.durable.notify_all();
             std::mem::take(&mut st.waiters)
         };
         self.wake.notify_all();
@@ -169,15 +257,19 @@ pub(crate) fn flush_to_locked(inner: &Inner, target: u64) -> Result<()> {
     if result.is_ok() {
         shared.flushed.store(target, Ordering::Release);
     }
-    shared.complete(if result.is_ok() { target } else { u64::MAX }, &result);
+    shared.complete(target, &result);
     result
 }
 
 /// One flush of everything written so far.
 pub(crate) fn flush_once(inner: &Inner) -> Result<()> {
-    let _io = inner.flush.io_lock();
-    let target = inner.written.load(Ordering::Acquire);
-    flush_to_locked(inner, target)
+    let result = {
+        let _io = inner.flush.io_lock();
+        let target = inner.written.load(Ordering::Acquire);
+        flush_to_locked(inner, target)
+    };
+    inner.flush.fire_ready();
+    result
 }
 
 pub(crate) fn spawn_flusher(inner: &Arc<Inner>) -> Result<()> {
@@ -203,11 +295,12 @@ fn run(weak: Weak<Inner>, shared: Arc<FlushShared>, mode: FlushMode, interval: D
         {
             let deadline = Instant::now() + interval;
             let mut st = lock(&shared.state);
+            st.idle = true;
             loop {
                 if st.shutdown {
                     return;
                 }
-                if !st.waiters.is_empty() {
+                if st.has_work(shared.flushed()) {
                     break;
                 }
                 let now = Instant::now();
@@ -220,22 +313,24 @@ fn run(weak: Weak<Inner>, shared: Arc<FlushShared>, mode: FlushMode, interval: D
                 } else {
                     checkpoint_every
                 };
-                st = shared.wake.wait_timeout(st, wait).unwrap_or_else(|e| e.into_inner()).0;
-                if mode == FlushMode::Sync && st.waiters.is_empty() {
+                let (next, timeout) = shared.wake.wait_timeout(st, wait).unwrap_or_else(|e| e.into_inner());
+                st = next;
+                if mode == FlushMode::Sync && timeout.timed_out() {
                     break;
                 }
             }
+            st.idle = false;
         }
         let Some(inner) = weak.upgrade() else { return };
-        let _io = inner.flush.io_lock();
-        let target = inner.written.load(Ordering::Acquire);
-        if let Err(e) = flush_to_locked(&inner, target) {
+        if let Err(e) = flush_once(&inner) {
             tracing::error!(error = %e, "commitlog flush failed; will retry");
-            drop(_io);
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
         if last_checkpoint.elapsed() >= checkpoint_every {
+            // Under `io`, so a concurrent truncate cannot lower the
+            // checkpoint between our read of `flushed` and the write.
+            let _io = inner.flush.io_lock();
             let flushed = inner.flush.flushed();
             if inner.checkpoint.get().flushed < flushed {
                 if let Err(e) = inner.checkpoint.update(|c| c.flushed = flushed) {

@@ -125,8 +125,7 @@ pub(crate) fn recover(
     let mut i = ((scan_from - first_start) / size) as usize;
     let mut p = scan_from;
     let mut records = 0u64;
-    loop {
-        let Some(seg) = segments.get(i) else { break };
+    while let Some(seg) = segments.get(i) {
         let in_seg = p - seg.start;
         // SAFETY: nobody else has the segments yet.
         let buf = unsafe { seg.file.slice(in_seg, size - in_seg)? };

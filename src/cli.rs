@@ -1,0 +1,80 @@
+//! The `raftmq` command line.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "raftmq",
+    version,
+    about = "A RocketMQ-style message broker whose broker groups are Raft groups"
+)]
+pub struct Cli {
+    /// Log format on stderr. The filter comes from RUST_LOG (default: info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Work with a node's store directory offline.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Open a store the way a broker does (recovering it if the last stop was
+    /// a crash), verify the CRC of every record, and print a summary.
+    /// The broker owning the directory must be stopped.
+    Verify {
+        /// The store directory (a broker's data_dir).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Segment size the store was written with, in bytes.
+        #[arg(long, default_value_t = raftmq_store::StoreConfig::default().segment_size)]
+        segment_size: u64,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn init_tracing(cli: &Cli) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Store(StoreCommand::Verify {
+            dir,
+            segment_size,
+            json,
+        }) => {
+            let summary = crate::inspect::verify(&dir, segment_size)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{summary}");
+            }
+            Ok(())
+        }
+    }
+}
