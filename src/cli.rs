@@ -40,9 +40,10 @@ pub enum StoreCommand {
         /// The store directory (a broker's data_dir).
         #[arg(long)]
         dir: PathBuf,
-        /// Segment size the store was written with, in bytes.
-        #[arg(long, default_value_t = raftmq_store::StoreConfig::default().segment_size)]
-        segment_size: u64,
+        /// Segment size the store was written with, in bytes (default: the
+        /// size recorded in the store's checkpoint).
+        #[arg(long)]
+        segment_size: Option<u64>,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,

@@ -32,13 +32,27 @@ pub struct QueueSummary {
 
 /// Opens the store (recovering it if needed), reads every record and closes
 /// it cleanly.
-pub fn verify(dir: &Path, segment_size: u64) -> anyhow::Result<Summary> {
-    if !dir.is_dir() {
-        anyhow::bail!("{} is not a directory", dir.display());
+/// `segment_size` defaults to the one recorded in the store's checkpoint.
+pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> {
+    if !dir.join(raftmq_store::commitlog::COMMITLOG_DIR).is_dir() {
+        anyhow::bail!(
+            "{} holds no store (no {}/ directory); pass a broker's data directory",
+            dir.display(),
+            raftmq_store::commitlog::COMMITLOG_DIR
+        );
     }
+    let defaults = StoreConfig::default();
+    let recorded = raftmq_store::checkpoint::CheckpointFile::load(dir)?
+        .1
+        .map(|c| c.segment_size)
+        .filter(|&s| s != 0);
+    let segment_size = segment_size.or(recorded).unwrap_or(defaults.segment_size);
     let cfg = StoreConfig {
         segment_size,
-        ..StoreConfig::default()
+        max_record_size: defaults
+            .max_record_size
+            .min(segment_size.saturating_sub(raftmq_store::record::EOS_LEN as u64)),
+        ..defaults
     };
     let store = Store::open(dir, &cfg).with_context(|| format!("opening the store in {}", dir.display()))?;
     let log = store.commitlog();

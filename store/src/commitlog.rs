@@ -251,11 +251,13 @@ impl CommitLog {
             checkpoint: Arc::new(checkpoint),
             closed: AtomicBool::new(false),
         });
-        // Whatever recovery kept may still sit only in the page cache (after a
-        // process crash): make it durable before anyone relies on it.
+        // Whatever recovery kept past the last checkpoint may still sit only
+        // in the page cache (after a process crash): make it durable before
+        // anyone relies on it.
         {
+            let durable = found.map_or(0, |c| c.flushed);
             let segs = inner.segs().clone();
-            for s in &segs {
+            for s in segs.iter().filter(|s| s.end() > durable) {
                 s.file.flush(0, s.file.len())?;
             }
         }
