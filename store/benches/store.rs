@@ -42,21 +42,28 @@ fn row(name: &str, records: u64, bytes: u64, took: Duration, note: String) -> Ro
     }
 }
 
-/// memcpy of record-sized chunks into a fresh, preallocated, mapped file.
-fn raw_memcpy(dir: &std::path::Path, records: u64) -> Row {
-    let len = records * RECORD as u64;
-    let path = dir.join("raw.bin");
+/// A new file of `len` bytes with its blocks reserved, as the store makes its
+/// segments.
+fn preallocated(path: &std::path::Path, len: u64) -> std::fs::File {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
-        .open(&path)
+        .open(path)
         .unwrap();
     // SAFETY: plain syscall on an open descriptor.
     assert_eq!(
         unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) },
         0
     );
+    file
+}
+
+/// memcpy of record-sized chunks into a fresh, preallocated, mapped file.
+fn raw_memcpy(dir: &std::path::Path, records: u64) -> Row {
+    let len = records * RECORD as u64;
+    let path = dir.join("raw.bin");
+    let file = preallocated(&path, len);
     // SAFETY: a private file of this benchmark, nobody else maps it.
     let mut map = unsafe { memmap2::MmapOptions::new().len(len as usize).map_mut(&file).unwrap() };
     let chunk = vec![0xABu8; RECORD];
@@ -76,17 +83,7 @@ fn raw_memcpy(dir: &std::path::Path, records: u64) -> Row {
 fn raw_msync(dir: &std::path::Path, batch: u64, secs: u64) -> Row {
     let len: u64 = 1 << 30;
     let path = dir.join(format!("raw-msync-{batch}.bin"));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .unwrap();
-    // SAFETY: plain syscall on an open descriptor.
-    assert_eq!(
-        unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) },
-        0
-    );
+    let file = preallocated(&path, len);
     let map = memmap2::MmapOptions::new().len(len as usize).map_raw(&file).unwrap();
     let chunk = vec![0xABu8; RECORD];
     let (mut pos, mut flushed, mut n, mut rounds) = (0usize, 0usize, 0u64, 0u64);

@@ -28,6 +28,7 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{IoContext, Result};
+use crate::locks::lock;
 use crate::mapped_file::sync_dir;
 
 /// `"RMQ"`, then layout version 0x43 ('C' for checkpoint, version 1).
@@ -122,12 +123,12 @@ impl CheckpointFile {
     }
 
     pub fn get(&self) -> Checkpoint {
-        *self.current.lock().unwrap_or_else(|e| e.into_inner())
+        *lock(&self.current)
     }
 
     /// Changes the in-memory values and writes the file atomically.
     pub fn update(&self, f: impl FnOnce(&mut Checkpoint)) -> Result<()> {
-        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cur = lock(&self.current);
         let mut next = *cur;
         f(&mut next);
         self.write(&next)?;

@@ -22,13 +22,14 @@ use std::fs;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::checkpoint::CheckpointFile;
 use crate::config::{FlushMode, StoreConfig};
 use crate::error::{IoContext, Result, StoreError};
 use crate::flush::{DurableCallback, FlushShared};
-use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
+use crate::locks::{lock, read_lock, write_lock};
+use crate::mapped_file::{MapOptions, MappedFile, offset_name, sync_dir};
 use crate::record::{self, Decoded, EOS_LEN, HEADER_LEN, RecordMeta};
 use crate::recovery;
 
@@ -46,11 +47,6 @@ impl Segment {
     pub fn end(&self) -> u64 {
         self.start + self.file.len()
     }
-}
-
-/// Name of the segment starting at `start`.
-pub(crate) fn segment_name(start: u64) -> String {
-    format!("{start:020}")
 }
 
 /// A record to append.
@@ -180,20 +176,34 @@ impl std::fmt::Debug for CommitLog {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Inner {
     pub fn segs(&self) -> RwLockReadGuard<'_, Vec<Arc<Segment>>> {
-        self.segments.read().unwrap_or_else(|e| e.into_inner())
+        read_lock(&self.segments)
     }
     fn segs_mut(&self) -> RwLockWriteGuard<'_, Vec<Arc<Segment>>> {
-        self.segments.write().unwrap_or_else(|e| e.into_inner())
+        write_lock(&self.segments)
     }
     fn seg_size(&self) -> u64 {
         self.cfg.segment_size
     }
+    /// The segment holding `offset` together with the log's bounds, read
+    /// under one lock: truncate and reset lower the bounds under the write
+    /// lock, so a reader either pinned the segment before (and truncate then
+    /// leaves its bytes alone, see `cut_segment`) or sees the new bounds.
+    fn pin(&self, offset: u64) -> Result<(Arc<Segment>, u64)> {
+        let segs = self.segs();
+        let end = self.written.load(Ordering::Acquire);
+        let min = self.log_start.load(Ordering::Acquire);
+        let out_of_range = || StoreError::OutOfRange { offset, min, max: end };
+        if offset < min || offset >= end {
+            return Err(out_of_range());
+        }
+        let first = segs.first().ok_or_else(out_of_range)?;
+        let i = offset.checked_sub(first.start).ok_or_else(out_of_range)? / self.seg_size();
+        let seg = segs.get(i as usize).ok_or_else(out_of_range)?.clone();
+        Ok((seg, end))
+    }
+
     /// The segment covering `offset`, if it exists.
     fn segment_for(&self, offset: u64) -> Option<Arc<Segment>> {
         let segs = self.segs();
@@ -205,7 +215,7 @@ impl Inner {
         segs.get(i).cloned()
     }
     fn create_segment(&self, start: u64) -> Result<Arc<Segment>> {
-        let path = self.dir.join(segment_name(start));
+        let path = self.dir.join(offset_name(start));
         let file = MappedFile::create(&path, self.seg_size(), self.map_opts)?;
         sync_dir(&self.dir)?;
         tracing::debug!(start, path = %path.display(), "created segment");
@@ -335,9 +345,7 @@ impl CommitLog {
     pub fn append(&self, records: &[NewRecord<'_>]) -> Result<Appended> {
         let inner = &*self.inner;
         let mut w = lock(&inner.writer);
-        if inner.closed.load(Ordering::Acquire) {
-            return Err(StoreError::Closed);
-        }
+        self.check_usable()?;
         if let Some((used_percent, limit_percent)) = w.disk_full {
             return Err(StoreError::DiskFull {
                 used_percent,
@@ -353,43 +361,64 @@ impl CommitLog {
                 )));
             }
         }
+
+        // Plan where every record goes, and create any segment the batch
+        // needs, before writing a byte: a failure then leaves nothing behind.
         let seg_size = inner.seg_size();
-        let mut pos = inner.written.load(Ordering::Relaxed);
+        let start = inner.written.load(Ordering::Relaxed);
         let mut offsets = Vec::with_capacity(records.len());
-        let mut seg = match w.active.take().filter(|s| s.start <= pos && pos < s.end()) {
-            Some(s) => s,
-            None => match inner.segment_for(pos) {
-                Some(s) => s,
-                None => self.roll(pos)?,
-            },
-        };
+        let mut pos = start;
         for r in records {
             let n = record::encoded_len(r.payload.len()) as u64;
-            let mut in_seg = pos - seg.start;
-            if in_seg + n > seg_size - EOS_LEN as u64 {
-                let gap = (seg_size - in_seg) as u32;
-                // SAFETY: `pos` is at or above the published end, which no
-                // reader looks at, and we are the only writer.
-                unsafe { seg.file.write(in_seg, &record::encode_eos(gap))? };
-                pos = seg.start + seg_size;
-                seg = match inner.segment_for(pos) {
-                    Some(s) => s,
-                    None => self.roll(pos)?,
+            if pos % seg_size + n > seg_size - EOS_LEN as u64 {
+                pos += seg_size - pos % seg_size;
+            }
+            offsets.push(pos);
+            pos += n;
+        }
+        let end = pos;
+        let mut seg = match w.active.take().filter(|s| s.start <= start && start < s.end()) {
+            Some(s) => s,
+            None => match inner.segment_for(start) {
+                Some(s) => s,
+                None => self.roll(start - start % seg_size)?,
+            },
+        };
+        if let Some(&last) = offsets.last() {
+            let mut next = seg.start;
+            while next + seg_size <= last {
+                next += seg_size;
+                if inner.segment_for(next).is_none() {
+                    self.roll(next)?;
+                }
+            }
+        }
+
+        let mut prev_end = start;
+        for (r, &off) in records.iter().zip(&offsets) {
+            if off >= seg.end() {
+                // SAFETY: at or above the published end, which no reader
+                // looks at; we are the only writer.
+                unsafe {
+                    seg.file
+                        .write(prev_end - seg.start, &record::encode_eos((seg.end() - prev_end) as u32))?
                 };
-                in_seg = 0;
+                seg = inner
+                    .segment_for(off)
+                    .ok_or_else(|| StoreError::BadArgument(format!("no segment for offset {off}")))?;
             }
             let header = record::encode_header(&r.meta, r.payload);
+            let in_seg = off - seg.start;
             // SAFETY: as above: unpublished tail, single writer.
             unsafe {
                 seg.file.write(in_seg, &header)?;
                 seg.file.write(in_seg + HEADER_LEN as u64, r.payload)?;
             }
-            offsets.push(pos);
-            pos += n;
+            prev_end = off + header.len() as u64 + r.payload.len() as u64;
         }
-        inner.written.store(pos, Ordering::Release);
+        inner.written.store(end, Ordering::Release);
         w.active = Some(seg);
-        Ok(Appended { offsets, end: pos })
+        Ok(Appended { offsets, end })
     }
 
     /// Creates the segment starting at `start` (the writer lock is held).
@@ -404,11 +433,17 @@ impl CommitLog {
     /// pages), after a shared msync in sync mode (group commit). The callback
     /// runs on the flusher thread or the caller's; it must not block.
     pub fn on_durable(&self, end: u64, cb: DurableCallback) {
+        if end > self.max_offset() {
+            return cb(Err(beyond_end(end, self.max_offset())));
+        }
         self.inner.flush.on_durable(self.inner.cfg.flush_mode, end, cb);
     }
 
     /// Blocks until [`CommitLog::on_durable`] would have fired for `end`.
     pub fn wait_durable(&self, end: u64) -> Result<()> {
+        if end > self.max_offset() {
+            return Err(beyond_end(end, self.max_offset()));
+        }
         match self.inner.cfg.flush_mode {
             FlushMode::Async => Ok(()),
             FlushMode::Sync => self.inner.flush.wait(end),
@@ -430,23 +465,9 @@ impl CommitLog {
         Ok(end)
     }
 
-    fn check_readable(&self, offset: u64) -> Result<u64> {
-        let end = self.max_offset();
-        let min = self.min_offset();
-        if offset < min || offset >= end {
-            return Err(StoreError::OutOfRange { offset, min, max: end });
-        }
-        Ok(end)
-    }
-
     /// Reads and verifies the record at `offset`, without copying.
     pub fn read(&self, offset: u64) -> Result<RecordRef> {
-        let end = self.check_readable(offset)?;
-        let seg = self.inner.segment_for(offset).ok_or(StoreError::OutOfRange {
-            offset,
-            min: self.min_offset(),
-            max: end,
-        })?;
+        let (seg, end) = self.inner.pin(offset)?;
         let in_seg = offset - seg.start;
         let avail = (end.min(seg.end()) - offset).min(seg.file.len() - in_seg);
         // SAFETY: below the published end: immutable while views exist.
@@ -468,7 +489,7 @@ impl CommitLog {
                 "end-of-segment marker, not a record",
             )),
             Err(why) => {
-                if is_eos(buf, seg.file.len() - in_seg) {
+                if record::is_eos(buf, seg.file.len() - in_seg) {
                     Err(StoreError::corrupt(
                         seg.file.path(),
                         in_seg,
@@ -485,12 +506,7 @@ impl CommitLog {
     /// record's payload, as a ConsumeQueue unit addresses it). Not
     /// CRC-checked: the range must lie inside one segment, below the end.
     pub fn read_bytes(&self, offset: u64, len: u64) -> Result<LogSlice> {
-        let end = self.check_readable(offset)?;
-        let seg = self.inner.segment_for(offset).ok_or(StoreError::OutOfRange {
-            offset,
-            min: self.min_offset(),
-            max: end,
-        })?;
+        let (seg, end) = self.inner.pin(offset)?;
         let stop = offset.checked_add(len).filter(|&s| s <= end && s <= seg.end());
         if stop.is_none() {
             return Err(StoreError::BadArgument(format!(
@@ -516,8 +532,8 @@ impl CommitLog {
 
     /// Drops every record at or after `offset`, which must be a record
     /// boundary (Raft conflict resolution). Durable when it returns. Pending
-    /// durability callbacks for the dropped range are completed: there is
-    /// nothing left of it to make durable.
+    /// durability callbacks for the dropped range complete with `Ok`: the
+    /// records they waited for no longer exist, and what remains is durable.
     pub fn truncate(&self, offset: u64) -> Result<()> {
         let result = self.truncate_locked(offset);
         self.inner.flush.fire_ready();
@@ -526,8 +542,9 @@ impl CommitLog {
 
     fn truncate_locked(&self, offset: u64) -> Result<()> {
         let inner = &*self.inner;
-        // Drop the cached segment: it would count as a live view below.
         let mut w = lock(&inner.writer);
+        self.check_usable()?;
+        // Drop the cached segment: it would count as a live view below.
         w.active = None;
         let _io = inner.flush.io_lock();
         let end = inner.written.load(Ordering::Acquire);
@@ -543,72 +560,77 @@ impl CommitLog {
             .ok_or(StoreError::OutOfRange { offset, min, max: end })?;
         self.check_boundary(&seg, offset, end)?;
 
-        // Make what we keep durable, then lower the checkpoint: if we crash
-        // half-way, recovery starts at or before the cut and finds it by
-        // scanning.
+        // Make what we keep durable and lower the checkpoint before touching
+        // anything: a crash half-way then leaves either the old tail (this
+        // truncate was never acknowledged) or the cut one.
         crate::flush::flush_to_locked(inner, offset)?;
         inner.checkpoint.update(|c| {
             c.flushed = c.flushed.min(offset);
             c.dispatched = c.dispatched.min(offset);
         })?;
 
-        let in_seg = offset - seg.start;
-        let dirty_end = end.min(seg.end()) - seg.start;
-        self.cut_segment(seg, in_seg, dirty_end)?;
-
-        let removed: Vec<Arc<Segment>> = {
-            let mut segs = inner.segs_mut();
-            let keep = segs.iter().position(|s| s.start > offset).unwrap_or(segs.len());
-            segs.split_off(keep)
-        };
+        // From here on a failure leaves memory and disk disagreeing.
+        let removed = self
+            .cut_segment(seg, offset, end)
+            .map_err(|e| self.poison("truncate", e))?;
         for s in &removed {
-            fs::remove_file(s.file.path()).at(s.file.path())?;
+            fs::remove_file(s.file.path())
+                .at(s.file.path())
+                .map_err(|e| self.poison("truncate", e))?;
         }
         if !removed.is_empty() {
-            sync_dir(&inner.dir)?;
+            sync_dir(&inner.dir).map_err(|e| self.poison("truncate", e))?;
         }
-        inner.written.store(offset, Ordering::Release);
         inner.flush.truncated(offset);
         tracing::info!(offset, dropped = end - offset, "truncated commitlog");
         Ok(())
     }
 
-    /// Clears `[from, to)` of a segment, durably. In place when no view of
-    /// the segment is alive; otherwise into a fresh copy of the kept prefix.
-    fn cut_segment(&self, seg: Arc<Segment>, from: u64, to: u64) -> Result<()> {
+    /// Under the segment list's write lock: publishes the new end, clears
+    /// `[offset, end)` of `seg` durably, and unlinks the later segments from
+    /// the list (returning them for deletion). The segment is cleared in place
+    /// when no view of it is alive; otherwise its kept prefix is copied to a
+    /// fresh file renamed over it, so old views keep reading the old inode.
+    fn cut_segment(&self, seg: Arc<Segment>, offset: u64, end: u64) -> Result<Vec<Arc<Segment>>> {
         let inner = &*self.inner;
         let mut segs = inner.segs_mut();
+        // Readers pin a segment and read the end under the read side of this
+        // lock, so from here on no new view can reach past `offset`.
+        inner.written.store(offset, Ordering::Release);
         let idx = segs
             .iter()
             .position(|s| Arc::ptr_eq(s, &seg))
             .ok_or_else(|| StoreError::BadArgument("segment vanished during truncate".into()))?;
+        let from = offset - seg.start;
+        let to = end.min(seg.end()) - seg.start;
         // Two references: the list's and ours. With the list write-locked no
         // new view can be made, so a count of two means no view exists.
         if Arc::strong_count(&seg) == 2 {
             // SAFETY: no views of this segment exist and we are the writer.
             unsafe { seg.file.zero(from, to - from)? };
-            return seg.file.flush(from, to - from);
+            seg.file.flush(from, to - from)?;
+        } else {
+            let path = seg.file.path().to_path_buf();
+            let tmp = path.with_extension("truncating");
+            let _ = fs::remove_file(&tmp);
+            let mut fresh = MappedFile::create(&tmp, seg.file.len(), inner.map_opts)?;
+            // SAFETY: the prefix is below the published end, so immutable; the
+            // fresh file is private to us until renamed.
+            unsafe { fresh.write(0, seg.file.slice(0, from)?)? };
+            fresh.flush(0, from)?;
+            fs::rename(&tmp, &path).at(&path)?;
+            sync_dir(&inner.dir)?;
+            fresh.set_path(path);
+            tracing::debug!(
+                start = seg.start,
+                "truncated a segment with live readers by copying its prefix"
+            );
+            segs[idx] = Arc::new(Segment {
+                start: seg.start,
+                file: fresh,
+            });
         }
-        let path = seg.file.path().to_path_buf();
-        let tmp = path.with_extension("truncating");
-        let _ = fs::remove_file(&tmp);
-        let mut fresh = MappedFile::create(&tmp, seg.file.len(), inner.map_opts)?;
-        // SAFETY: the prefix is below the published end, so immutable; the
-        // fresh file is private to us until renamed.
-        unsafe { fresh.write(0, seg.file.slice(0, from)?)? };
-        fresh.flush(0, from)?;
-        fs::rename(&tmp, &path).at(&path)?;
-        sync_dir(&inner.dir)?;
-        fresh.set_path(path);
-        tracing::debug!(
-            start = seg.start,
-            "truncated a segment with live readers by copying its prefix"
-        );
-        segs[idx] = Arc::new(Segment {
-            start: seg.start,
-            file: fresh,
-        });
-        Ok(())
+        Ok(segs.split_off(idx + 1))
     }
 
     /// Walks record lengths from the segment start to see whether `offset`
@@ -621,7 +643,7 @@ impl CommitLog {
             let in_seg = p - seg.start;
             // SAFETY: below the published end.
             let buf = unsafe { seg.file.slice(in_seg, stop - p)? };
-            let len = if is_eos(buf, seg.file.len() - in_seg) {
+            let len = if record::is_eos(buf, seg.file.len() - in_seg) {
                 (seg.file.len() - in_seg) as usize
             } else {
                 record::peek_len(buf, max)
@@ -640,31 +662,35 @@ impl CommitLog {
     /// newest one). Returns the new minimum offset.
     pub fn purge_before(&self, offset: u64) -> Result<u64> {
         let inner = &*self.inner;
-        // Drop the cached segment: it would count as a live view below.
-        let mut w = lock(&inner.writer);
-        w.active = None;
+        let _w = lock(&inner.writer);
+        self.check_usable()?;
         let _io = inner.flush.io_lock();
-        let removed: Vec<Arc<Segment>> = {
-            let mut segs = inner.segs_mut();
+        let (n, new_min) = {
+            let segs = inner.segs();
             let n = segs
                 .iter()
                 .take(segs.len().saturating_sub(1))
                 .take_while(|s| s.end() <= offset)
                 .count();
+            match segs.get(n) {
+                Some(first_kept) if n > 0 => (n, first_kept.start.max(inner.log_start.load(Ordering::Acquire))),
+                _ => return Ok(self.min_offset()),
+            }
+        };
+        // The checkpoint names the new start before any file goes.
+        inner.checkpoint.update(|c| c.log_start = new_min)?;
+        let removed: Vec<Arc<Segment>> = {
+            let mut segs = inner.segs_mut();
+            inner.log_start.store(new_min, Ordering::Release);
             segs.drain(..n).collect()
         };
-        if removed.is_empty() {
-            return Ok(self.min_offset());
-        }
-        let new_min = inner.segs().first().map(|s| s.start).unwrap_or(offset);
-        let new_min = new_min.max(inner.log_start.load(Ordering::Acquire));
-        inner.checkpoint.update(|c| c.log_start = new_min)?;
-        inner.log_start.store(new_min, Ordering::Release);
         for s in &removed {
-            fs::remove_file(s.file.path()).at(s.file.path())?;
+            fs::remove_file(s.file.path())
+                .at(s.file.path())
+                .map_err(|e| self.poison("purge", e))?;
             tracing::info!(start = s.start, "purged segment");
         }
-        sync_dir(&inner.dir)?;
+        sync_dir(&inner.dir).map_err(|e| self.poison("purge", e))?;
         Ok(new_min)
     }
 
@@ -679,27 +705,51 @@ impl CommitLog {
 
     fn reset_locked(&self, offset: u64) -> Result<()> {
         let inner = &*self.inner;
-        // Drop the cached segment: it would count as a live view below.
         let mut w = lock(&inner.writer);
+        self.check_usable()?;
         w.active = None;
         let _io = inner.flush.io_lock();
         let seg_start = offset - offset % inner.seg_size();
+        // The checkpoint goes first; recovery recognizes a reset that died
+        // half-way by a `log_start` past every segment it finds.
         inner.checkpoint.update(|c| {
             c.log_start = offset;
             c.flushed = offset;
             c.dispatched = offset;
         })?;
-        let old: Vec<Arc<Segment>> = std::mem::take(&mut *inner.segs_mut());
-        for s in &old {
-            fs::remove_file(s.file.path()).at(s.file.path())?;
-        }
-        let seg = inner.create_segment(seg_start)?;
+        let old: Vec<Arc<Segment>> = {
+            let mut segs = inner.segs_mut();
+            inner.written.store(offset, Ordering::Release);
+            inner.log_start.store(offset, Ordering::Release);
+            std::mem::take(&mut *segs)
+        };
+        let result = (|| {
+            for s in &old {
+                fs::remove_file(s.file.path()).at(s.file.path())?;
+            }
+            inner.create_segment(seg_start)
+        })();
+        let seg = result.map_err(|e| self.poison("reset", e))?;
         inner.segs_mut().push(seg);
-        inner.log_start.store(offset, Ordering::Release);
-        inner.written.store(offset, Ordering::Release);
         inner.flush.truncated(offset);
         tracing::info!(offset, "reset commitlog");
         Ok(())
+    }
+
+    /// Refuses to change a log that is closed or poisoned.
+    fn check_usable(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        self.inner.flush.check_poisoned()
+    }
+
+    /// Stops the log after a failure that left memory and disk disagreeing;
+    /// returns the error to pass on.
+    fn poison(&self, what: &str, e: StoreError) -> StoreError {
+        tracing::error!(error = %e, "{what} failed half-way; the log refuses further changes until reopened");
+        self.inner.flush.poison(format!("{what}: {e}"));
+        e
     }
 
     /// Flushes everything, writes the checkpoint and stops the flusher.
@@ -719,12 +769,8 @@ impl CommitLog {
     }
 }
 
-/// True when `buf` starts with an end-of-segment marker for the
-/// `to_seg_end` bytes left in the segment.
-fn is_eos(buf: &[u8], to_seg_end: u64) -> bool {
-    buf.len() >= EOS_LEN
-        && u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) == record::EOS_MAGIC
-        && u64::from(u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]])) == to_seg_end
+fn beyond_end(end: u64, max: u64) -> StoreError {
+    StoreError::BadArgument(format!("cannot wait for offset {end}: the log ends at {max}"))
 }
 
 /// Iterator over records; see [`CommitLog::iter_from`].
@@ -740,29 +786,27 @@ impl Iterator for Iter {
         if self.failed {
             return None;
         }
-        loop {
+        let result = (|| loop {
             if self.pos >= self.log.max_offset() {
-                return None;
+                return Ok(None);
             }
-            let seg = self.log.inner.segment_for(self.pos)?;
+            let (seg, end) = self.log.inner.pin(self.pos)?;
             let in_seg = self.pos - seg.start;
-            // SAFETY: below the published end (checked above).
-            let head = unsafe { seg.file.slice(in_seg, EOS_LEN as u64) };
-            if head.is_ok_and(|h| is_eos(h, seg.file.len() - in_seg)) {
+            // SAFETY: below the end read together with the pin.
+            let head = unsafe {
+                seg.file
+                    .slice(in_seg, (end.min(seg.end()) - self.pos).min(EOS_LEN as u64))?
+            };
+            if record::is_eos(head, seg.file.len() - in_seg) {
                 self.pos = seg.end();
                 continue;
             }
-            return Some(match self.log.read(self.pos) {
-                Ok(r) => {
-                    self.pos = r.end();
-                    Ok(r)
-                }
-                Err(e) => {
-                    self.failed = true;
-                    Err(e)
-                }
-            });
-        }
+            let r = self.log.read(self.pos)?;
+            self.pos = r.end();
+            return Ok(Some(r));
+        })();
+        self.failed = result.is_err();
+        result.transpose()
     }
 }
 

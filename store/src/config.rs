@@ -39,9 +39,9 @@ pub struct StoreConfig {
     /// How often the `checkpoint` file is rewritten (it only bounds how much
     /// recovery must rescan).
     pub checkpoint_interval_ms: u64,
-    /// Touch every page of a new segment before writing to it.
+    /// Touch every page of a new CommitLog segment before writing to it.
     pub warm_up: bool,
-    /// `mlock` mapped segments.
+    /// `mlock` mapped CommitLog segments (index files are not locked).
     pub mlock: bool,
     /// ConsumeQueue units per file (a multiple of 25, see `packed`).
     pub cq_units_per_file: u64,
@@ -121,6 +121,9 @@ impl StoreConfig {
         }
         if self.flush_interval_ms == 0 {
             return bad("flush_interval_ms must be positive".into());
+        }
+        if self.checkpoint_interval_ms == 0 {
+            return bad("checkpoint_interval_ms must be positive".into());
         }
         if self.cq_units_per_file == 0 || self.cq_units_per_file % crate::packed::UNITS_PER_BLOCK != 0 {
             return bad(format!(

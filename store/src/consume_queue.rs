@@ -41,7 +41,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{IoContext, Result, StoreError};
-use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
+use crate::locks::{lock, read_lock, write_lock};
+use crate::mapped_file::{MapOptions, MappedFile, offset_name, parse_offset_name, sync_dir};
 use crate::packed;
 
 /// Bytes of one unit.
@@ -52,8 +53,6 @@ const PHYS_AT: usize = 0;
 const SIZE_AT: usize = 8;
 /// Byte offset of `tag_hash` (u64) within a unit.
 const TAG_AT: usize = 12;
-/// Digits of a file name: the zero-padded queue offset of its first unit.
-pub const FILE_NAME_DIGITS: usize = 20;
 /// Upper bound of `units_per_file` (keeps every file size computation far
 /// from overflow).
 pub const MAX_UNITS_PER_FILE: u64 = u32::MAX as u64;
@@ -142,19 +141,6 @@ impl std::fmt::Debug for ConsumeQueue {
     }
 }
 
-/// `format!("{:020}", first)`.
-fn file_name(first: u64) -> String {
-    format!("{first:0width$}", width = FILE_NAME_DIGITS)
-}
-
-/// The queue offset a file name stands for, if it is exactly 20 digits.
-fn parse_file_name(name: &str) -> Option<u64> {
-    if name.len() != FILE_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    name.parse().ok()
-}
-
 /// Copies unit `idx` out of `file`.
 ///
 /// # Safety
@@ -211,13 +197,12 @@ impl ConsumeQueue {
         let mut found = Vec::new();
         for entry in fs::read_dir(dir).at(dir)? {
             let path = entry.at(dir)?.path();
-            let first = path.file_name().and_then(|n| n.to_str()).and_then(parse_file_name);
+            let first = path.file_name().and_then(|n| n.to_str()).and_then(parse_offset_name);
             let Some(first) = first else {
-                return Err(StoreError::corrupt(
-                    &path,
-                    0,
-                    "not a consume queue file: names are the 20-digit queue offset of the file's first unit",
-                ));
+                // Like the commitlog and index directories: a stray file
+                // (an editor's backup, a note) is not ours to judge.
+                tracing::warn!(file = %path.display(), "ignoring unexpected file in a consume queue directory");
+                continue;
             };
             let meta = fs::metadata(&path).at(&path)?;
             if !meta.is_file() {
@@ -357,19 +342,19 @@ impl ConsumeQueue {
     fn lock_writer(&self) -> MutexGuard<'_, Writer> {
         // Nothing panics while holding these locks, and every update leaves
         // the state consistent, so a poisoned lock is still usable.
-        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.writer)
     }
 
     fn lock_flushed(&self) -> MutexGuard<'_, u64> {
-        self.flushed.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.flushed)
     }
 
     fn read_files(&self) -> RwLockReadGuard<'_, Vec<Seg>> {
-        self.files.read().unwrap_or_else(|e| e.into_inner())
+        read_lock(&self.files)
     }
 
     fn write_files(&self) -> RwLockWriteGuard<'_, Vec<Seg>> {
-        self.files.write().unwrap_or_else(|e| e.into_inner())
+        write_lock(&self.files)
     }
 
     /// The file holding queue offset `q` and the unit's index in it.
@@ -428,7 +413,7 @@ impl ConsumeQueue {
         if first.checked_add(self.units_per_file).is_none() {
             return Err(StoreError::BadArgument(format!("queue offset {first} overflows")));
         }
-        let path = self.dir.join(file_name(first));
+        let path = self.dir.join(offset_name(first));
         let file = Arc::new(MappedFile::create(
             &path,
             packed::file_len(self.units_per_file),
@@ -913,7 +898,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_directory_contents_are_corrupt() {
+    fn bad_directory_contents_are_corrupt_or_ignored() {
         let tmp = tempfile::tempdir().unwrap();
         let ok = |dir: &Path| {
             let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
@@ -933,10 +918,14 @@ mod tests {
             "000000000000000000025",
             "99999999999999999999",
         ] {
+            // Stray files are ignored (and logged), as in the other directories.
             let dir = tmp.path().join(format!("g-{garbage}"));
             ok(&dir);
             fs::write(dir.join(garbage), b"x").unwrap();
-            is_corrupt(&dir, garbage);
+            for crashed in [false, true] {
+                let cq = ConsumeQueue::open(&dir, 25, OPTS, crashed).unwrap();
+                assert_eq!(cq.max_offset(), 60, "{garbage}");
+            }
         }
         // A subdirectory with a valid name.
         let dir = tmp.path().join("subdir");

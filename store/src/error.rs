@@ -43,6 +43,13 @@ pub enum StoreError {
     #[error("the store is closed")]
     Closed,
 
+    /// An earlier I/O failure left the log in a state this process can no
+    /// longer vouch for (for example an msync error, after which the kernel
+    /// may have dropped dirty pages); the store must be reopened, which runs
+    /// recovery.
+    #[error("the log stopped after an earlier failure ({reason}); reopen the store to recover")]
+    Poisoned { reason: String },
+
     #[error("I/O error on {path}: {source}")]
     Io {
         path: PathBuf,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::commitlog::Inner;
 use crate::config::FlushMode;
 use crate::error::{Result, StoreError};
+use crate::locks::lock;
 
 /// Told once the data below the offset it was registered for is durable.
 pub type DurableCallback = Box<dyn FnOnce(Result<()>) + Send>;
@@ -38,6 +39,9 @@ struct State {
     /// The flusher is parked on `wake` (otherwise nobody needs to wake it).
     idle: bool,
     shutdown: bool,
+    /// Set after a failure the log cannot recover from in this process (see
+    /// [`StoreError::Poisoned`]).
+    poisoned: Option<String>,
 }
 
 impl State {
@@ -61,10 +65,6 @@ pub(crate) struct FlushShared {
     ready: Mutex<Vec<(DurableCallback, Result<()>)>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl FlushShared {
     pub fn new(flushed: u64) -> FlushShared {
         FlushShared {
@@ -77,6 +77,7 @@ impl FlushShared {
                 truncations: 0,
                 idle: false,
                 shutdown: false,
+                poisoned: None,
             }),
             wake: Condvar::new(),
             durable: Condvar::new(),
@@ -107,6 +108,33 @@ impl FlushShared {
         }
     }
 
+    /// Marks the log failed: every waiter, now and later, gets
+    /// [`StoreError::Poisoned`], and appends are refused.
+    pub fn poison(&self, reason: String) {
+        let pending = {
+            let mut st = lock(&self.state);
+            st.poisoned.get_or_insert(reason);
+            self.durable.notify_all();
+            std::mem::take(&mut st.waiters)
+        };
+        let err = self.check_poisoned().err();
+        let mut ready = lock(&self.ready);
+        for (_, cb) in pending {
+            let reason = match &err {
+                Some(StoreError::Poisoned { reason }) => reason.clone(),
+                _ => String::new(),
+            };
+            ready.push((cb, Err(StoreError::Poisoned { reason })));
+        }
+    }
+
+    pub fn check_poisoned(&self) -> Result<()> {
+        match &lock(&self.state).poisoned {
+            Some(reason) => Err(StoreError::Poisoned { reason: reason.clone() }),
+            None => Ok(()),
+        }
+    }
+
     /// Registers `cb` for when everything below `end` is msynced and wakes
     /// the flusher if it sleeps.
     pub fn request(&self, end: u64, cb: DurableCallback) {
@@ -114,6 +142,11 @@ impl FlushShared {
         if st.shutdown {
             drop(st);
             return cb(Err(StoreError::Closed));
+        }
+        if let Some(reason) = &st.poisoned {
+            let reason = reason.clone();
+            drop(st);
+            return cb(Err(StoreError::Poisoned { reason }));
         }
         if end <= self.flushed() {
             drop(st);
@@ -137,6 +170,9 @@ impl FlushShared {
             }
             if st.shutdown {
                 return Err(StoreError::Closed);
+            }
+            if let Some(reason) = &st.poisoned {
+                return Err(StoreError::Poisoned { reason: reason.clone() });
             }
             if st.failures != failures {
                 return Err(StoreError::Io {
@@ -323,9 +359,12 @@ fn run(weak: Weak<Inner>, shared: Arc<FlushShared>, mode: FlushMode, interval: D
         }
         let Some(inner) = weak.upgrade() else { return };
         if let Err(e) = flush_once(&inner) {
-            tracing::error!(error = %e, "commitlog flush failed; will retry");
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
+            // After a failed msync Linux may already have marked the dirty
+            // pages clean, so a retry could "succeed" over lost data: stop.
+            tracing::error!(error = %e, "commitlog flush failed; the log refuses further writes until reopened");
+            shared.poison(format!("flush: {e}"));
+            shared.fire_ready();
+            return;
         }
         if last_checkpoint.elapsed() >= checkpoint_every {
             // Under `io`, so a concurrent truncate cannot lower the

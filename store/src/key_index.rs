@@ -88,10 +88,12 @@
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::error::{IoContext, Result, StoreError};
-use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
+use crate::le::{u32_at, u64_at};
+use crate::locks::{lock, read_lock, write_lock};
+use crate::mapped_file::{MapOptions, MappedFile, parse_offset_name, sync_dir};
 use crate::packed::{self, BLOCK_SIZE, UNITS_PER_BLOCK};
 
 /// The directory under the store root that holds the index files.
@@ -148,30 +150,6 @@ fn key_hash(key: &[u8]) -> u32 {
         0 => 1,
         h => h,
     }
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -542,7 +520,10 @@ impl IndexFile {
         let old_count = head.entry_count;
         head.entry_count = k as u32;
         head.end_phys = last_phys;
-        head.end_ts = ((head.begin_ts / 1000 + u64::from(max_delta)) * 1000).max(head.begin_ts);
+        head.end_ts = (head.begin_ts / 1000)
+            .saturating_add(u64::from(max_delta))
+            .saturating_mul(1000)
+            .max(head.begin_ts);
         unsafe { self.write_header(&head)? };
         *self.head.get_mut().unwrap_or_else(PoisonError::into_inner) = head;
         self.mf.flush(0, self.used_len(k).max(tail_end))?;
@@ -565,10 +546,7 @@ fn list_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
         let entry = entry.at(dir)?;
         let path = entry.path();
         let name = entry.file_name();
-        let parsed = name
-            .to_str()
-            .filter(|s| s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse::<u64>().ok());
+        let parsed = name.to_str().and_then(parse_offset_name);
         match parsed {
             Some(phys) if entry.file_type().at(&path)?.is_file() => out.push((phys, path)),
             _ => tracing::warn!(path = %path.display(), "ignoring a file that is not an index file"),
@@ -622,11 +600,12 @@ impl KeyIndex {
     ///
     /// `crashed` means the last stop was a crash; `valid_below` is the
     /// CommitLog physical offset below which indexed data is known good (the
-    /// dispatch checkpoint). After a crash, files starting at or above
-    /// `valid_below` are deleted and the newest remaining file is cut back to
-    /// its entries below it, with its slot table rebuilt (see the module
-    /// docs). Without a crash the headers are trusted. Every header is
-    /// validated; a bad file is a `Corrupt` error naming it.
+    /// dispatch checkpoint; the caller indexes everything from there again).
+    /// Files starting at or above `valid_below` are deleted and the newest
+    /// remaining file is cut back to its entries below it, with its slot
+    /// table rebuilt (see the module docs): after a crash always, otherwise
+    /// when its header says it holds entries at or past `valid_below`.
+    /// Every header is validated; a bad file is a `Corrupt` error naming it.
     pub(crate) fn open(
         root: &Path,
         slots: u64,
@@ -649,7 +628,10 @@ impl KeyIndex {
         fs::create_dir_all(&dir).at(&dir)?;
         let mut names = list_files(&dir)?;
         let mut removed = false;
-        if crashed {
+        // Entries at or past `valid_below` are dispatched again by the caller,
+        // crash or not (a clean stop can still follow a partly dispatched
+        // record), so files that hold only such entries go.
+        {
             while let Some((phys, path)) = names.last() {
                 if *phys < valid_below {
                     break;
@@ -671,6 +653,7 @@ impl KeyIndex {
                 continue;
             }
             let mut file = IndexFile::open(&path, phys, map)?;
+            let recover = recover || (i + 1 == n && file.header().end_phys >= valid_below);
             if recover && file.recover(valid_below)? == 0 {
                 drop(file);
                 tracing::warn!(path = %path.display(), "deleting a key index file left without entries by recovery");
@@ -836,7 +819,7 @@ mod tests {
     #[test]
     fn put_and_query_basic() {
         let dir = tempfile::tempdir().unwrap();
-        let ki = open(dir.path(), 64, 200, false, 0);
+        let ki = open(dir.path(), 64, 200, false, u64::MAX);
         assert!(all(&ki, b"a").is_empty());
         ki.put(b"a", 0, 1_000).unwrap();
         ki.put(b"b", 100, 2_000).unwrap();
@@ -868,7 +851,7 @@ mod tests {
     #[test]
     fn many_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let ki = open(dir.path(), 97, 10_000, false, 0);
+        let ki = open(dir.path(), 97, 10_000, false, u64::MAX);
         let keys = keys_with_distinct_crcs(500);
         let mut phys = 0;
         for round in 0..3u64 {
@@ -889,7 +872,7 @@ mod tests {
         let keys = keys_with_distinct_crcs(12);
         for slots in 1..=4 {
             let dir = tempfile::tempdir().unwrap();
-            let ki = open(dir.path(), slots, 1_000, false, 0);
+            let ki = open(dir.path(), slots, 1_000, false, u64::MAX);
             let mut expected: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
             for n in 0..200u64 {
                 let k = ((n * 7) % keys.len() as u64) as usize;
@@ -906,7 +889,7 @@ mod tests {
     #[test]
     fn time_range_max_and_order() {
         let dir = tempfile::tempdir().unwrap();
-        let ki = open(dir.path(), 4, 1_000, false, 0);
+        let ki = open(dir.path(), 4, 1_000, false, u64::MAX);
         // One put per second, t = 10 s .. 29 s, plus noise under other keys.
         for s in 0..20u64 {
             ki.put(b"k", s * 100, (10 + s) * 1_000 + 500).unwrap();
@@ -926,7 +909,7 @@ mod tests {
     #[test]
     fn out_of_order_timestamps_are_clamped_to_the_file_start() {
         let dir = tempfile::tempdir().unwrap();
-        let ki = open(dir.path(), 4, 1_000, false, 0);
+        let ki = open(dir.path(), 4, 1_000, false, u64::MAX);
         ki.put(b"k", 0, 50_000).unwrap();
         ki.put(b"k", 10, 20_000).unwrap();
         assert_eq!(ki.query(b"k", 50_000, 50_999, 10).unwrap(), vec![10, 0]);
@@ -936,7 +919,7 @@ mod tests {
     fn rolls_over_files_and_reopens_identically() {
         let dir = tempfile::tempdir().unwrap();
         let keys = keys_with_distinct_crcs(7);
-        let ki = open(dir.path(), 3, 10, false, 0);
+        let ki = open(dir.path(), 3, 10, false, u64::MAX);
         for n in 0..95u64 {
             ki.put(&keys[n as usize % 7], n * 16, n * 1_000).unwrap();
         }
@@ -957,7 +940,7 @@ mod tests {
         assert_eq!(before[7 + 3], vec![59 * 16, 52 * 16, 45 * 16, 38 * 16]);
         ki.flush().unwrap();
         drop(ki);
-        let ki = open(dir.path(), 3, 10, false, 0);
+        let ki = open(dir.path(), 3, 10, false, u64::MAX);
         assert_eq!(snapshot(&ki), before);
         // The reopened index continues the newest file.
         ki.put(&keys[0], 95 * 16, 95_000).unwrap();
@@ -969,7 +952,7 @@ mod tests {
     #[test]
     fn too_many_keys_at_one_offset_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let ki = open(dir.path(), 3, 2, false, 0);
+        let ki = open(dir.path(), 3, 2, false, u64::MAX);
         ki.put(b"a", 5, 0).unwrap();
         ki.put(b"b", 5, 0).unwrap();
         assert!(matches!(ki.put(b"c", 5, 0), Err(StoreError::BadArgument(_))));
@@ -982,7 +965,7 @@ mod tests {
     fn crash_recovery_cuts_back_to_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         let keys = keys_with_distinct_crcs(5);
-        let ki = open(dir.path(), 2, 10, false, 0);
+        let ki = open(dir.path(), 2, 10, false, u64::MAX);
         // 100 entries at phys 0, 10, ..., 990: files start at 0, 100, ..., 900.
         for n in 0..100u64 {
             ki.put(&keys[n as usize % 5], n * 10, 1_000 + n).unwrap();
@@ -1031,7 +1014,7 @@ mod tests {
         ki.put(&keys[0], 500, 9_000).unwrap();
         ki.flush().unwrap();
         drop(ki);
-        let ki = open(dir.path(), 2, 10, false, 0);
+        let ki = open(dir.path(), 2, 10, false, u64::MAX);
         assert_eq!(index_files(dir.path()), vec![0, 100, 200, 300, 400, 500]);
         assert_eq!(all(&ki, &keys[0])[..2], [500, 450]);
     }
@@ -1039,13 +1022,13 @@ mod tests {
     #[test]
     fn crash_recovery_deletes_a_file_with_an_unwritten_header() {
         let dir = tempfile::tempdir().unwrap();
-        let ki = open(dir.path(), 2, 10, false, 0);
+        let ki = open(dir.path(), 2, 10, false, u64::MAX);
         ki.put(b"a", 0, 0).unwrap();
         drop(ki);
         let stray = dir.path().join("index").join(format!("{:020}", 50));
         fs::write(&stray, vec![0u8; 4096]).unwrap();
         assert!(matches!(
-            KeyIndex::open(dir.path(), 2, 10, MapOptions::default(), false, 0),
+            KeyIndex::open(dir.path(), 2, 10, MapOptions::default(), false, u64::MAX),
             Err(StoreError::Corrupt { .. })
         ));
         let ki = open(dir.path(), 2, 10, true, 100);
@@ -1062,7 +1045,7 @@ mod tests {
     fn corrupt_links_are_errors_not_panics_or_loops() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index").join(format!("{:020}", 0));
-        let ki = open(dir.path(), 1, 10, false, 0);
+        let ki = open(dir.path(), 1, 10, false, u64::MAX);
         for n in 0..3 {
             ki.put(b"k", n, 0).unwrap();
         }
@@ -1072,7 +1055,7 @@ mod tests {
 
         // Slot 0 points far beyond the entries.
         file.write_at(&u32::MAX.to_le_bytes(), SLOTS_POS).unwrap();
-        let ki = open(dir.path(), 1, 10, false, 0);
+        let ki = open(dir.path(), 1, 10, false, u64::MAX);
         assert!(matches!(
             ki.query(b"k", 0, u64::MAX, 10),
             Err(StoreError::Corrupt { .. })
@@ -1084,7 +1067,7 @@ mod tests {
         file.write_at(&3u32.to_le_bytes(), SLOTS_POS).unwrap();
         file.write_at(&2u32.to_le_bytes(), entry_byte(1, 1) + E_PREV as u64)
             .unwrap();
-        let ki = open(dir.path(), 1, 10, false, 0);
+        let ki = open(dir.path(), 1, 10, false, u64::MAX);
         let err = ki.query(b"k", 0, u64::MAX, 10).unwrap_err();
         assert!(err.to_string().contains("not older"), "{err}");
         // A limit reached before the bad link stops the walk first.
@@ -1094,7 +1077,7 @@ mod tests {
         // Entry 1 links forward, past the entry count.
         file.write_at(&u32::MAX.to_le_bytes(), entry_byte(1, 1) + E_PREV as u64)
             .unwrap();
-        let ki = open(dir.path(), 1, 10, false, 0);
+        let ki = open(dir.path(), 1, 10, false, u64::MAX);
         assert!(ki.query(b"k", 0, u64::MAX, 10).is_err());
         drop(ki);
 
@@ -1107,7 +1090,7 @@ mod tests {
     fn bad_headers_are_corrupt_errors_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index").join(format!("{:020}", 0));
-        let ki = open(dir.path(), 4, 10, false, 0);
+        let ki = open(dir.path(), 4, 10, false, u64::MAX);
         ki.put(b"k", 0, 0).unwrap();
         ki.flush().unwrap();
         drop(ki);
@@ -1142,7 +1125,7 @@ mod tests {
     #[test]
     fn purge_below_phys_deletes_old_files_but_never_the_newest() {
         let dir = tempfile::tempdir().unwrap();
-        let ki = open(dir.path(), 2, 10, false, 0);
+        let ki = open(dir.path(), 2, 10, false, u64::MAX);
         for n in 0..35u64 {
             ki.put(b"k", n * 10, 0).unwrap();
         }
@@ -1158,14 +1141,14 @@ mod tests {
         ki.put(b"k", 350, 0).unwrap();
         assert_eq!(all(&ki, b"k")[0], 350);
         drop(ki);
-        let ki = open(dir.path(), 2, 10, false, 0);
+        let ki = open(dir.path(), 2, 10, false, u64::MAX);
         assert_eq!(all(&ki, b"k").len(), 6);
     }
 
     #[test]
     fn concurrent_queries_during_puts() {
         let dir = tempfile::tempdir().unwrap();
-        let ki = open(dir.path(), 3, 50, false, 0);
+        let ki = open(dir.path(), 3, 50, false, u64::MAX);
         std::thread::scope(|s| {
             s.spawn(|| {
                 for n in 0..2_000u64 {
@@ -1201,7 +1184,7 @@ mod tests {
         ) {
             let keys = keys_with_distinct_crcs(7); // key 6 is never put
             let dir = tempfile::tempdir().unwrap();
-            let ki = open(dir.path(), slots, entries, false, 0);
+            let ki = open(dir.path(), slots, entries, false, u64::MAX);
             let (mut phys, mut ts) = (0u64, 0u64);
             let mut model = Vec::new(); // (key, phys, ts) in put order
             for (k, dp, dt) in puts {
@@ -1226,7 +1209,7 @@ mod tests {
             };
             check(&ki, u64::MAX)?;
             drop(ki);
-            check(&open(dir.path(), slots, entries, false, 0), u64::MAX)?;
+            check(&open(dir.path(), slots, entries, false, u64::MAX), u64::MAX)?;
             check(&open(dir.path(), slots, entries, true, valid_below), valid_below)?;
         }
     }

@@ -9,6 +9,7 @@
 //! |-------------------|----------------------------------------------------------------------|
 //! | [`record`]        | the record codec: header layout, CRC, end-of-segment marker          |
 //! | `mapped_file`     | a preallocated, memory-mapped file (segments and index files)        |
+//! | `locks`, `le`     | poison-tolerant lock helpers; little-endian field access             |
 //! | `packed`          | sector-packed 20-byte unit arrays (ConsumeQueue, key index)           |
 //! | [`commitlog`]     | the CommitLog: segments, append, zero-copy reads, truncate, purge    |
 //! | `flush`           | the background flusher and group commit                              |
@@ -49,6 +50,8 @@
 pub mod config;
 pub mod error;
 pub mod key_index;
+mod le;
+mod locks;
 mod mapped_file;
 mod packed;
 pub mod record;

@@ -221,6 +221,24 @@ fn preallocate(file: &File, len: u64) -> std::io::Result<()> {
     }
 }
 
+/// Digits of a file name: every store file is named by the offset of its
+/// first byte or unit, zero-padded so that names sort like offsets.
+pub(crate) const OFFSET_NAME_DIGITS: usize = 20;
+
+/// The file name for `offset`.
+pub(crate) fn offset_name(offset: u64) -> String {
+    format!("{offset:0width$}", width = OFFSET_NAME_DIGITS)
+}
+
+/// The offset a file name stands for, if it is exactly 20 digits.
+pub(crate) fn parse_offset_name(name: &str) -> Option<u64> {
+    if name.len() == OFFSET_NAME_DIGITS && name.bytes().all(|b| b.is_ascii_digit()) {
+        name.parse().ok()
+    } else {
+        None
+    }
+}
+
 /// Fsyncs a directory so that file creations, renames and deletions in it
 /// are durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {

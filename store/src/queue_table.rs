@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::consume_queue::ConsumeQueue;
 use crate::error::{IoContext, Result, StoreError};
+use crate::locks::{read_lock, write_lock};
 use crate::mapped_file::{MapOptions, sync_dir};
 
 /// Directory under the store root holding all queues.
@@ -112,11 +113,11 @@ impl QueueTable {
 
     fn read(&self) -> RwLockReadGuard<'_, Map> {
         // Nothing panics while holding the lock; the map stays consistent.
-        self.queues.read().unwrap_or_else(|e| e.into_inner())
+        read_lock(&self.queues)
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Map> {
-        self.queues.write().unwrap_or_else(|e| e.into_inner())
+        write_lock(&self.queues)
     }
 
     /// The queue, if it exists.

@@ -118,15 +118,7 @@ pub fn encode_eos(gap: u32) -> [u8; EOS_LEN] {
     m
 }
 
-fn u32_at(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
-}
-
-fn u64_at(buf: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&buf[at..at + 8]);
-    u64::from_le_bytes(b)
-}
+use crate::le::{u32_at, u64_at};
 
 /// Decodes what starts at `buf[0]`, where `buf` runs to the end of the
 /// segment. Never panics; on damage returns why, for the recovery log.
@@ -190,6 +182,13 @@ pub fn decode(buf: &[u8], max_len: usize) -> Result<Decoded<'_>, String> {
         len: len as u32,
         payload: &buf[HEADER_LEN..len],
     }))
+}
+
+/// True when `buf` starts with an end-of-segment marker for the
+/// `to_seg_end` bytes left in the segment (`buf` may be shorter than that:
+/// readers only look below the published end).
+pub(crate) fn is_eos(buf: &[u8], to_seg_end: u64) -> bool {
+    buf.len() >= EOS_LEN && u32_at(buf, 4) == EOS_MAGIC && u64::from(u32_at(buf, 0)) == to_seg_end
 }
 
 /// Length of the item at `buf[0]` without checking its CRC: used to walk

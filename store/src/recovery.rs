@@ -20,10 +20,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::checkpoint::Checkpoint;
-use crate::commitlog::{Segment, segment_name};
+use crate::commitlog::Segment;
 use crate::config::StoreConfig;
 use crate::error::{IoContext, Result, StoreError};
-use crate::mapped_file::{MapOptions, MappedFile, sync_dir};
+use crate::mapped_file::{MapOptions, MappedFile, offset_name, parse_offset_name, sync_dir};
 use crate::record::{self, Decoded};
 
 pub(crate) struct Recovered {
@@ -31,15 +31,6 @@ pub(crate) struct Recovered {
     /// End of valid data: where the next record goes.
     pub end: u64,
     pub log_start: u64,
-}
-
-/// Parses a 20-digit segment name.
-pub(crate) fn parse_name(name: &str) -> Option<u64> {
-    if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-        name.parse().ok()
-    } else {
-        None
-    }
 }
 
 /// Lists and opens the segment files of `dir`, checking names, alignment
@@ -57,7 +48,7 @@ fn open_segments(dir: &Path, cfg: &StoreConfig, map: MapOptions) -> Result<Vec<A
             fs::remove_file(entry.path()).at(&entry.path())?;
             continue;
         }
-        match parse_name(&name) {
+        match parse_offset_name(&name) {
             Some(start) => starts.push(start),
             None => {
                 tracing::warn!(file = %entry.path().display(), "ignoring unexpected file in the commitlog directory")
@@ -67,7 +58,7 @@ fn open_segments(dir: &Path, cfg: &StoreConfig, map: MapOptions) -> Result<Vec<A
     starts.sort_unstable();
     let mut segments = Vec::with_capacity(starts.len());
     for (i, &start) in starts.iter().enumerate() {
-        let path = dir.join(segment_name(start));
+        let path = dir.join(offset_name(start));
         if start % size != 0 {
             return Err(StoreError::corrupt(
                 &path,
@@ -97,10 +88,24 @@ pub(crate) fn recover(
 ) -> Result<Recovered> {
     let size = cfg.segment_size;
     let mut segments = open_segments(dir, cfg, map)?;
+    if let (Some(c), Some(first), Some(last)) = (checkpoint, segments.first(), segments.last()) {
+        if c.log_start >= last.end() || c.log_start < first.start {
+            // A reset records its new start before it deletes the old
+            // segments: this one died half-way. Finish it.
+            tracing::warn!(
+                log_start = c.log_start,
+                "finishing an interrupted reset of the commitlog"
+            );
+            for s in segments.drain(..) {
+                fs::remove_file(s.file.path()).at(s.file.path())?;
+            }
+            sync_dir(dir)?;
+        }
+    }
     let (Some(first), Some(last)) = (segments.first(), segments.last()) else {
         let log_start = checkpoint.map(|c| c.log_start).unwrap_or(0);
         let start = log_start - log_start % size;
-        let file = MappedFile::create(&dir.join(segment_name(start)), size, map)?;
+        let file = MappedFile::create(&dir.join(offset_name(start)), size, map)?;
         sync_dir(dir)?;
         return Ok(Recovered {
             segments: vec![Arc::new(Segment { start, file })],
@@ -116,7 +121,10 @@ pub(crate) fn recover(
         if (first_start..last_end).contains(&c.log_start) {
             log_start = c.log_start;
         }
-        let flushed = c.flushed.clamp(log_start, last_end);
+        // Everything before the segment holding the flushed mark was msynced;
+        // the segment itself is always rescanned (never trusted whole, even
+        // when the mark claims its end).
+        let flushed = c.flushed.clamp(log_start, last_end - 1);
         scan_from = (flushed - flushed % size).max(log_start);
     }
 
@@ -140,11 +148,23 @@ pub(crate) fn recover(
             }
             Ok(Decoded::End) => break,
             Err(why) => {
-                if crashed {
-                    tracing::warn!(offset = p, file = %seg.file.path().display(), %why, "torn or corrupt record after a crash; truncating here");
-                } else {
-                    tracing::error!(offset = p, file = %seg.file.path().display(), %why, "corrupt record after a clean shutdown; truncating here");
+                if !crashed {
+                    // Everything was msynced at the clean stop: this is damage
+                    // (a disk fault, a hand edit), not a torn write. Cutting
+                    // here could drop records this node acknowledged, so a
+                    // human decides.
+                    let marker = dir.parent().unwrap_or(dir).join(crate::store::ABORT_FILE);
+                    return Err(StoreError::corrupt(
+                        seg.file.path(),
+                        p - seg.start,
+                        format!(
+                            "{why}, after a clean shutdown; to drop everything from here on and let the \
+                             Raft group re-replicate it, create {} and restart",
+                            marker.display()
+                        ),
+                    ));
                 }
+                tracing::warn!(offset = p, file = %seg.file.path().display(), %why, "torn or corrupt record after a crash; truncating here");
                 break;
             }
         }

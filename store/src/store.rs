@@ -23,6 +23,7 @@ use crate::config::StoreConfig;
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::error::{IoContext, Result, StoreError};
 use crate::key_index::KeyIndex;
+use crate::locks::lock;
 use crate::mapped_file::{MapOptions, sync_dir};
 use crate::queue_table::QueueTable;
 use crate::retention::{self, Clock, DiskProbe, RetentionPlan};
@@ -87,7 +88,7 @@ impl Store {
     pub fn open(root: &Path, cfg: &StoreConfig) -> Result<Store> {
         cfg.validate()?;
         fs::create_dir_all(root).at(root)?;
-        let lock = lock_dir(root)?;
+        let dir_lock = lock_dir(root)?;
         let abort = root.join(ABORT_FILE);
         let crashed = abort.exists();
         if crashed {
@@ -119,7 +120,7 @@ impl Store {
             closed: AtomicBool::new(false),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             flusher: Mutex::new(None),
-            lock: Mutex::new(Some(lock)),
+            lock: Mutex::new(Some(dir_lock)),
         });
         let weak = Arc::downgrade(&inner);
         let stop = inner.stop.clone();
@@ -131,7 +132,7 @@ impl Store {
                 path: root.to_path_buf(),
                 source,
             })?;
-        *inner.flusher.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        *lock(&inner.flusher) = Some(handle);
         Ok(Store { inner })
     }
 
@@ -187,6 +188,19 @@ impl Store {
     /// resume.
     pub fn dispatched_offset(&self) -> u64 {
         self.inner.dispatched.load(Ordering::Acquire)
+    }
+
+    /// Drops the log's records at and after `offset` (Raft conflict
+    /// resolution). Only records not yet dispatched can go: dispatched ones
+    /// were committed, and Raft never truncates committed entries.
+    pub fn truncate(&self, offset: u64) -> Result<()> {
+        let dispatched = self.dispatched_offset();
+        if offset < dispatched {
+            return Err(StoreError::BadArgument(format!(
+                "cannot truncate at {offset}: records up to {dispatched} are already dispatched"
+            )));
+        }
+        self.inner.log.truncate(offset)
     }
 
     /// Dispatches every record from [`Store::dispatched_offset`] to the end
@@ -288,7 +302,7 @@ impl Store {
         fs::remove_file(&abort).at(&abort)?;
         sync_dir(&inner.root)?;
         // Closing the descriptor releases the flock.
-        drop(inner.lock.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(lock(&inner.lock).take());
         Ok(())
     }
 }
@@ -328,9 +342,9 @@ fn flush_indexes(inner: &Inner) -> Result<()> {
 }
 
 fn stop_flusher(inner: &Inner) {
-    *inner.stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    *lock(&inner.stop.0) = true;
     inner.stop.1.notify_all();
-    let handle = inner.flusher.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let handle = lock(&inner.flusher).take();
     if let Some(h) = handle {
         if h.thread().id() != std::thread::current().id() {
             let _ = h.join();
@@ -343,7 +357,7 @@ fn stop_flusher(inner: &Inner) {
 fn index_flusher(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, interval: std::time::Duration) {
     loop {
         {
-            let stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
+            let stopped = lock(&stop.0);
             let (stopped, _) = stop
                 .1
                 .wait_timeout_while(stopped, interval, |s| !*s)

@@ -151,18 +151,66 @@ proptest! {
     }
 }
 
-#[test]
-fn clean_restart_trusts_the_checkpoint_and_crash_rescans_its_segment() {
-    let dir = tempfile::tempdir().unwrap();
-    let w = write_log(dir.path(), &[500; 40]);
-    // A record in the checkpoint's segment is damaged behind the scan's back:
-    // recovery re-verifies that whole segment, so it is found.
+/// Writes 40 records, stops cleanly, then flips a payload byte of the last
+/// record; returns that record's offset.
+fn damage_last_record(root: &Path) -> u64 {
+    let w = write_log(root, &[500; 40]);
     let last = w.records.last().unwrap().0;
-    let path = seg_path(dir.path(), last - last % SEG);
+    let path = seg_path(root, last - last % SEG);
     let mut bytes = fs::read(&path).unwrap();
     bytes[(last % SEG) as usize + 40] ^= 0xFF;
     fs::write(&path, &bytes).unwrap();
+    last
+}
+
+#[test]
+fn a_crash_rescans_the_whole_segment_of_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    // A record in the checkpoint's segment is damaged behind the scan's back:
+    // recovery re-verifies that whole segment, so it is found.
+    let last = damage_last_record(dir.path());
     let log = CommitLog::open(dir.path(), &cfg(), true).unwrap();
     assert_eq!(log.max_offset(), last);
     assert_eq!(log.iter_from(0).count(), 39);
+}
+
+#[test]
+fn damage_after_a_clean_stop_is_refused_unless_marked_as_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let last = damage_last_record(dir.path());
+    // A clean stop msynced everything: damage is a disk fault, and cutting
+    // could drop records this node acknowledged. The error says what to do.
+    let err = CommitLog::open(dir.path(), &cfg(), false).unwrap_err();
+    assert!(err.to_string().contains("abort"), "{err}");
+    // Declared a crash, recovery cuts at the damaged record.
+    let log = CommitLog::open(dir.path(), &cfg(), true).unwrap();
+    assert_eq!(log.max_offset(), last);
+    assert_eq!(log.iter_from(0).count(), 39);
+}
+
+#[test]
+fn a_reset_that_died_half_way_is_finished_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    write_log(dir.path(), &[500; 40]);
+    // `reset` writes the new start to the checkpoint first, then replaces the
+    // segments; die in between.
+    let (cp, _) = raftmq_store::checkpoint::CheckpointFile::load(dir.path()).unwrap();
+    cp.update(|c| {
+        c.log_start = 1_000_000;
+        c.flushed = 1_000_000;
+        c.dispatched = 1_000_000;
+    })
+    .unwrap();
+    let log = CommitLog::open(dir.path(), &cfg(), true).unwrap();
+    assert_eq!((log.min_offset(), log.max_offset()), (1_000_000, 1_000_000));
+    assert_eq!(log.iter_from(1_000_000).count(), 0);
+    let meta = RecordMeta {
+        term: 5,
+        index: 77,
+        kind: 0,
+    };
+    assert_eq!(
+        log.append(&[NewRecord { meta, payload: b"next" }]).unwrap().offsets[0],
+        1_000_000
+    );
 }
