@@ -363,6 +363,13 @@ impl ConsumeQueue {
             .ok_or_else(|| StoreError::corrupt(&self.dir, q, "no file holds this queue offset"))
     }
 
+    /// Opens (or creates) a queue directory of its own, outside a
+    /// [`crate::QueueTable`] (for example the Raft layer's index from log
+    /// index to record position).
+    pub fn open_dir(dir: &Path, units_per_file: u64, crashed: bool) -> Result<Self> {
+        Self::open(dir, units_per_file, MapOptions::default(), crashed)
+    }
+
     /// Appends a unit and returns the queue offset assigned to it.
     pub fn append(&self, unit: CqUnit) -> Result<u64> {
         if unit.size == 0 {
@@ -560,6 +567,39 @@ impl ConsumeQueue {
         if !removed.is_empty() {
             sync_dir(&self.dir)?;
         }
+        Ok(())
+    }
+
+    /// Empties the queue and makes it continue at queue offset `next` (a
+    /// node installing a snapshot continues every queue at its group's
+    /// offsets). The new, empty first file is made durable before the old
+    /// files go, newest first, so a crash leaves either a contiguous prefix of
+    /// the old files or the new start.
+    pub fn reset(&self, next: u64) -> Result<()> {
+        let mut w = self.lock_writer();
+        if next.checked_add(self.units_per_file).is_none() {
+            return Err(StoreError::BadArgument(format!("queue offset {next} overflows")));
+        }
+        let mut files = self.write_files();
+        let path = self.dir.join(offset_name(next));
+        let tmp = path.with_extension("resetting");
+        let _ = fs::remove_file(&tmp);
+        let mut fresh = MappedFile::create(&tmp, packed::file_len(self.units_per_file), self.map)?;
+        fresh.flush(0, fresh.len())?;
+        for seg in files.drain(..).rev() {
+            fs::remove_file(seg.file.path()).at(seg.file.path())?;
+        }
+        fs::rename(&tmp, &path).at(&path)?;
+        sync_dir(&self.dir)?;
+        fresh.set_path(path);
+        files.push(Seg {
+            first: next,
+            file: Arc::new(fresh),
+        });
+        self.min.store(next, Ordering::Release);
+        self.max.store(next, Ordering::Release);
+        *self.lock_flushed() = next;
+        w.last_phys = None;
         Ok(())
     }
 
@@ -762,6 +802,24 @@ mod tests {
         drop(cq);
         let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
         assert_units(&cq, 0..30);
+    }
+
+    #[test]
+    fn reset_continues_at_a_given_offset() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let cq = ConsumeQueue::open_dir(dir, 25, false).unwrap();
+        fill(&cq, 0..60);
+        cq.reset(1000).unwrap();
+        assert_eq!((cq.min_offset(), cq.max_offset()), (1000, 1000));
+        assert!(matches!(cq.get(5), Err(StoreError::OutOfRange { .. })));
+        assert_eq!(cq.append(unit(7)).unwrap(), 1000);
+        drop(cq);
+        for crashed in [false, true] {
+            let cq = ConsumeQueue::open_dir(dir, 25, crashed).unwrap();
+            assert_eq!((cq.min_offset(), cq.max_offset()), (1000, 1001));
+            assert_eq!(cq.get(1000).unwrap(), unit(7));
+        }
     }
 
     #[test]
