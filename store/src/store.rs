@@ -275,9 +275,7 @@ impl Store {
             );
         }
         if let Some(before) = plan.delete_before {
-            let min = inner.log.purge_before(before)?;
-            inner.queues.purge_below_phys(min)?;
-            inner.index.purge_below_phys(min)?;
+            let min = self.purge_before(before)?;
             tracing::info!(
                 min,
                 segments = plan.segments_to_delete,
@@ -286,6 +284,36 @@ impl Store {
             );
         }
         Ok(plan)
+    }
+
+    /// Deletes the log's whole segments that end at or before `offset`, and
+    /// the ConsumeQueue and key-index files wholly below the new start.
+    /// Returns the new start.
+    pub fn purge_before(&self, offset: u64) -> Result<u64> {
+        let min = self.inner.log.purge_before(offset)?;
+        self.inner.queues.purge_below_phys(min)?;
+        self.inner.index.purge_below_phys(min)?;
+        Ok(min)
+    }
+
+    /// Replaces everything with an empty log that starts at `next_phys` and
+    /// queues that continue at the given offsets (every other queue restarts
+    /// at 0): a node installing a snapshot continues exactly where its group
+    /// is. Key-index entries of the old log stay but point below the new
+    /// start, where queries no longer look.
+    pub fn reset(&self, next_phys: u64, queues: &[(String, u32, u64)]) -> Result<()> {
+        let inner = &*self.inner;
+        inner.log.reset(next_phys)?;
+        inner.dispatched.store(next_phys, Ordering::Release);
+        for (topic, queue_id, cq) in inner.queues.queues() {
+            if !queues.iter().any(|(t, q, _)| *t == topic && *q == queue_id) {
+                cq.reset(0)?;
+            }
+        }
+        for (topic, queue_id, next) in queues {
+            inner.queues.get_or_create(topic, *queue_id)?.reset(*next)?;
+        }
+        Ok(())
     }
 
     /// Flushes everything, stops the background threads and removes the

@@ -1,0 +1,332 @@
+//! State-machine commands: the application data of a Raft entry.
+//!
+//! A [`Command`] holds its encoded bytes, which are exactly the payload of
+//! the entry's CommitLog record: encoded once by the leader, written to
+//! every node's log as-is, sent over the wire as-is.
+//!
+//! # Layout (little-endian)
+//!
+//! Byte 0 is the kind:
+//!
+//! * [`KIND_SEND`]: messages for one or more queues.
+//!
+//!   | size | field                                    |
+//!   |-----:|------------------------------------------|
+//!   |    4 | batch count                              |
+//!   |      | per batch:                               |
+//!   |  2+n | topic (u16 length, UTF-8)                |
+//!   |    4 | queue id                                 |
+//!   |    4 | message count                            |
+//!   |    … | messages, each in [`crate::message`]'s layout |
+//!
+//! * [`KIND_ADMIN`]: an [`AdminCommand`] as JSON (rare, small, and its
+//!   shape grows with features).
+//!
+//! Decoding validates every length against the payload, so a damaged or
+//! hostile payload is an error, never a panic.
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::message::{MalformedMessage, Message, MessageView};
+
+pub const KIND_SEND: u8 = 1;
+pub const KIND_ADMIN: u8 = 2;
+
+/// Topic permission bits, as RocketMQ: 2 = write, 4 = read, 6 = both.
+pub const PERM_WRITE: u32 = 2;
+pub const PERM_READ: u32 = 4;
+
+/// An encoded command.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Command(Bytes);
+
+/// Messages for one queue, as a producer sends them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendBatch {
+    pub topic: String,
+    pub queue_id: u32,
+    pub messages: Vec<Message>,
+}
+
+/// A topic's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    pub name: String,
+    pub read_queues: u32,
+    pub write_queues: u32,
+    /// [`PERM_WRITE`] | [`PERM_READ`].
+    pub perm: u32,
+}
+
+impl TopicConfig {
+    pub fn writable(&self) -> bool {
+        self.perm & PERM_WRITE != 0
+    }
+    pub fn readable(&self) -> bool {
+        self.perm & PERM_READ != 0
+    }
+}
+
+/// Metadata changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdminCommand {
+    /// Creates a topic, or updates it if it exists.
+    PutTopic(TopicConfig),
+    DeleteTopic {
+        name: String,
+    },
+    /// A consumer group's offset in a queue.
+    CommitOffset {
+        group: String,
+        topic: String,
+        queue_id: u32,
+        offset: u64,
+    },
+}
+
+/// What applying a command produced, returned to the proposer.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Response {
+    /// Applied (admin commands, blank and membership entries).
+    #[default]
+    Done,
+    /// One outcome per batch of a send, in order.
+    Sent(Vec<BatchOutcome>),
+    /// The command was valid Raft data but the state machine refused it (for
+    /// example a topic deleted after the leader checked it).
+    Rejected(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchOutcome {
+    /// The batch's messages got queue offsets `first..first + count`.
+    Appended {
+        first_queue_offset: u64,
+        count: u32,
+    },
+    Rejected(String),
+}
+
+/// Why a payload is not a valid command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed command: {0}")]
+pub struct MalformedCommand(pub String);
+
+impl From<MalformedMessage> for MalformedCommand {
+    fn from(e: MalformedMessage) -> Self {
+        MalformedCommand(e.0)
+    }
+}
+
+/// A decoded command borrowing the payload.
+#[derive(Debug)]
+pub enum Decoded<'a> {
+    Send(Vec<BatchView<'a>>),
+    Admin(AdminCommand),
+}
+
+/// One batch of a send, with each message's position in the payload.
+#[derive(Debug)]
+pub struct BatchView<'a> {
+    pub topic: &'a str,
+    pub queue_id: u32,
+    /// (offset of the message within the payload, its length, the message).
+    pub messages: Vec<(usize, usize, MessageView<'a>)>,
+}
+
+impl Command {
+    /// Encodes a send. Every message must pass [`Message::validate`].
+    pub fn send(batches: &[SendBatch], store_timestamp_ms: u64) -> Result<Command, MalformedCommand> {
+        let mut out = Vec::with_capacity(
+            16 + batches
+                .iter()
+                .map(|b| 10 + b.topic.len() + b.messages.iter().map(Message::encoded_len).sum::<usize>())
+                .sum::<usize>(),
+        );
+        out.push(KIND_SEND);
+        out.extend_from_slice(&(batches.len() as u32).to_le_bytes());
+        for b in batches {
+            if b.topic.len() > u16::MAX as usize {
+                return Err(MalformedCommand("topic name too long".into()));
+            }
+            out.extend_from_slice(&(b.topic.len() as u16).to_le_bytes());
+            out.extend_from_slice(b.topic.as_bytes());
+            out.extend_from_slice(&b.queue_id.to_le_bytes());
+            out.extend_from_slice(&(b.messages.len() as u32).to_le_bytes());
+            for m in &b.messages {
+                m.validate()?;
+                m.encode(store_timestamp_ms, &mut out);
+            }
+        }
+        Ok(Command(Bytes::from(out)))
+    }
+
+    pub fn admin(cmd: &AdminCommand) -> Command {
+        let mut out = vec![KIND_ADMIN];
+        // Serializing these plain enums cannot fail.
+        out.extend(serde_json::to_vec(cmd).unwrap_or_default());
+        Command(Bytes::from(out))
+    }
+
+    /// Wraps bytes received from the log or the network; [`Command::decode`]
+    /// validates them.
+    pub fn from_bytes(bytes: Bytes) -> Command {
+        Command(bytes)
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    pub fn decode(&self) -> Result<Decoded<'_>, MalformedCommand> {
+        let p = &self.0[..];
+        match p.first() {
+            Some(&KIND_SEND) => decode_send(p).map(Decoded::Send),
+            Some(&KIND_ADMIN) => serde_json::from_slice(&p[1..])
+                .map(Decoded::Admin)
+                .map_err(|e| MalformedCommand(format!("admin command: {e}"))),
+            Some(k) => Err(MalformedCommand(format!("unknown command kind {k}"))),
+            None => Err(MalformedCommand("empty payload".into())),
+        }
+    }
+}
+
+fn decode_send(p: &[u8]) -> Result<Vec<BatchView<'_>>, MalformedCommand> {
+    let mut at = 1usize;
+    let take = |at: &mut usize, n: usize| -> Result<&[u8], MalformedCommand> {
+        let end = at
+            .checked_add(n)
+            .filter(|&e| e <= p.len())
+            .ok_or_else(|| MalformedCommand("send payload truncated".into()))?;
+        let s = &p[*at..end];
+        *at = end;
+        Ok(s)
+    };
+    let u32_of = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let count = u32_of(take(&mut at, 4)?) as usize;
+    // Each batch takes at least 10 bytes: bounds the allocation.
+    let mut batches = Vec::with_capacity(count.min(p.len() / 10));
+    for _ in 0..count {
+        let tl = take(&mut at, 2)?;
+        let tl = u16::from_le_bytes([tl[0], tl[1]]) as usize;
+        let topic =
+            std::str::from_utf8(take(&mut at, tl)?).map_err(|_| MalformedCommand("topic is not UTF-8".into()))?;
+        let queue_id = u32_of(take(&mut at, 4)?);
+        let n = u32_of(take(&mut at, 4)?) as usize;
+        let mut messages = Vec::with_capacity(n.min(p.len() / crate::message::FIXED_LEN));
+        for _ in 0..n {
+            let (view, len) = MessageView::parse(&p[at..])?;
+            messages.push((at, len, view));
+            at += len;
+        }
+        batches.push(BatchView {
+            topic,
+            queue_id,
+            messages,
+        });
+    }
+    if at != p.len() {
+        return Err(MalformedCommand(format!("{} trailing bytes", p.len() - at)));
+    }
+    Ok(batches)
+}
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.decode() {
+            Ok(Decoded::Send(b)) => {
+                let n: usize = b.iter().map(|b| b.messages.len()).sum();
+                write!(f, "send({} batches, {n} messages, {} bytes)", b.len(), self.0.len())
+            }
+            Ok(Decoded::Admin(a)) => write!(f, "{a:?}"),
+            Err(e) => write!(f, "<{e}>"),
+        }
+    }
+}
+
+// openraft wants its application data serde-capable; raftmq's own transport
+// and log never use this (they carry the encoded bytes).
+impl Serialize for Command {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Command(Bytes::from(Vec::<u8>::deserialize(d)?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(i: u8) -> Message {
+        Message {
+            message_id: format!("id{i}"),
+            tag: "t".into(),
+            keys: vec![format!("k{i}")],
+            properties: vec![],
+            body: Bytes::from(vec![i; 10]),
+            born_timestamp_ms: 5,
+        }
+    }
+
+    #[test]
+    fn send_round_trip_with_positions() {
+        let batches = vec![
+            SendBatch {
+                topic: "A".into(),
+                queue_id: 3,
+                messages: vec![msg(1), msg(2)],
+            },
+            SendBatch {
+                topic: "B".into(),
+                queue_id: 0,
+                messages: vec![msg(3)],
+            },
+        ];
+        let cmd = Command::send(&batches, 77).unwrap();
+        let Decoded::Send(views) = cmd.decode().unwrap() else {
+            panic!()
+        };
+        assert_eq!(views.len(), 2);
+        assert_eq!(
+            (views[0].topic, views[0].queue_id, views[0].messages.len()),
+            ("A", 3, 2)
+        );
+        for (at, len, view) in views.iter().flat_map(|b| &b.messages) {
+            let (again, l) = MessageView::parse(&cmd.bytes()[*at..]).unwrap();
+            assert_eq!((l, again.message_id), (*len, view.message_id));
+            assert_eq!(view.store_timestamp_ms, 77);
+        }
+        for cut in 0..cmd.bytes().len() {
+            assert!(
+                Command::from_bytes(cmd.bytes().slice(..cut)).decode().is_err(),
+                "cut {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn admin_round_trip_and_garbage() {
+        let a = AdminCommand::DeleteTopic { name: "T".into() };
+        assert!(matches!(Command::admin(&a).decode().unwrap(), Decoded::Admin(x) if x == a));
+        assert!(Command::from_bytes(Bytes::from_static(&[9, 1, 2])).decode().is_err());
+        assert!(Command::from_bytes(Bytes::new()).decode().is_err());
+        // A huge batch count with no data behind it does not allocate.
+        let mut p = vec![KIND_SEND];
+        p.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Command::from_bytes(Bytes::from(p)).decode().is_err());
+    }
+}

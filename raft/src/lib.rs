@@ -1,0 +1,49 @@
+//! raftmq-raft: every broker group is a Raft group (openraft 0.10), and its
+//! Raft log is the store's CommitLog.
+//!
+//! # Module map
+//!
+//! | module            | what it holds                                                     |
+//! |-------------------|-------------------------------------------------------------------|
+//! | [`types`]         | the openraft type configuration, node addresses, aliases           |
+//! | [`message`]       | the stored layout of one message                                   |
+//! | [`command`]       | state-machine commands (a Raft entry's data) and their responses    |
+//! | [`entry`]         | entries as CommitLog records and as wire messages                  |
+//! | `raft_meta`       | vote, purged and committed log ids beside the log                   |
+//! | [`log_store`]     | openraft's log storage on the CommitLog, with the log index          |
+//! | [`state_machine`] | applies entries: queue offsets, ConsumeQueues, keys, metadata; snapshots |
+//! | [`network`]       | the gRPC client side of the Raft transport                         |
+//! | [`service`]       | the gRPC server side, feeding requests into openraft               |
+//! | [`node`]          | one node: store, log, state machine, Raft, transport, bootstrap     |
+//! | `pb`              | code generated from `proto/raftmq/v1/raft.proto`                    |
+//!
+//! # Data flow
+//!
+//! ```text
+//!  client_write(Command) ─► openraft ─► LogStore.append ─► CommitLog record (+ log index unit)
+//!                              │  ▲            └─ on_durable ─► IOFlushed
+//!                              │  └── network (gRPC Append stream) ◄─► service on followers
+//!                              ▼
+//!                      StateMachine.apply ─► Store.dispatch (ConsumeQueue unit, key index)
+//!                                          └► Metadata (topics, consumer offsets)
+//! ```
+
+pub mod command;
+pub mod entry;
+pub mod log_store;
+pub mod message;
+mod raft_meta;
+pub mod state_machine;
+pub mod types;
+
+pub mod pb {
+    //! Generated from `proto/raftmq/v1/raft.proto`.
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("raftmq.v1");
+}
+
+pub use command::{AdminCommand, BatchOutcome, Command, Response, SendBatch, TopicConfig};
+pub use log_store::LogStore;
+pub use message::Message;
+pub use state_machine::{Metadata, StateMachine};
+pub use types::{NodeAddr, NodeId, TypeConfig};

@@ -1,0 +1,388 @@
+//! openraft's log storage on the CommitLog: every Raft entry is exactly one
+//! CommitLog record, written once.
+//!
+//! openraft addresses entries by log index, the CommitLog by physical
+//! offset. The log index maps one to the other: a ConsumeQueue of its own
+//! (`raft/log_index/`) whose queue offset is the Raft index and whose unit
+//! holds the record's offset, its length and (in the tag-hash field) its
+//! term. It is cut back to the log's end and rebuilt from the records at
+//! open, so it can never disagree with the CommitLog for long.
+//!
+//! ```text
+//!  append(entries) ──► CommitLog.append (one record each) ──► log index units
+//!        │                                                      (index -> offset, len, term)
+//!        └─► CommitLog.on_durable(end) ──► IOFlushed callback (async: at once; sync: after msync)
+//!  truncate_after(id) ──► CommitLog.truncate(offset of id+1), index.truncate(id+1)
+//!  purge(id)          ──► purged id saved first, then whole segments below id+1 deleted
+//! ```
+//!
+//! # Durability ordering (openraft issue #2118)
+//!
+//! openraft orders IO ids by vote first, and once `save_vote` returns it
+//! counts every earlier append as flushed; alpha.37 waits for the previous
+//! IO on become-leader, but a store must still keep durability a prefix.
+//! Here it is one: the CommitLog is a single append-only file sequence whose
+//! flush mark only moves forward over what was written before, callbacks
+//! fire when that mark passes their records, and `save_vote` first waits for
+//! the mark to reach the end of the log, so a vote is never durable ahead of
+//! an append that preceded it.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader};
+use raftmq_store::commitlog::NewRecord;
+use raftmq_store::{ConsumeQueue, CqUnit, RecordRef, Store, StoreError};
+
+use crate::entry;
+use crate::raft_meta::RaftMeta;
+use crate::types::{Entry, LogId, TypeConfig, Vote, log_id};
+
+/// Units per log-index file (20 bytes each, sector-packed: about 6 MB).
+pub const LOG_INDEX_UNITS_PER_FILE: u64 = 300_000;
+
+pub(crate) fn io_err(e: StoreError) -> io::Error {
+    io::Error::other(e)
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+struct Inner {
+    store: Store,
+    index: ConsumeQueue,
+    meta: RaftMeta,
+    /// Serializes log mutations (openraft already does; the state machine's
+    /// snapshot install is the other writer).
+    write: Mutex<()>,
+}
+
+/// The Raft log of one node. Cloning gives another handle (openraft's log
+/// reader is one).
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Inner>,
+}
+
+/// Owns a record and exposes its payload, so entries read from the log can
+/// carry `Bytes` that point into the mapped segment.
+struct Payload(RecordRef);
+
+impl AsRef<[u8]> for Payload {
+    fn as_ref(&self) -> &[u8] {
+        self.0.payload()
+    }
+}
+
+impl LogStore {
+    /// Opens the log over `store`, with its own state in `raft_dir`.
+    pub fn open(store: Store, raft_dir: &Path) -> io::Result<LogStore> {
+        let meta = RaftMeta::open(raft_dir)?;
+        let index = ConsumeQueue::open_dir(
+            &raft_dir.join("log_index"),
+            LOG_INDEX_UNITS_PER_FILE,
+            store.recovered_from_crash(),
+        )
+        .map_err(io_err)?;
+        let log = LogStore {
+            inner: Arc::new(Inner {
+                store,
+                index,
+                meta,
+                write: Mutex::new(()),
+            }),
+        };
+        log.reconcile_index()?;
+        Ok(log)
+    }
+
+    /// Makes the log index agree with the CommitLog: drops units past the
+    /// log's end or below its start, and indexes records it has not seen.
+    fn reconcile_index(&self) -> io::Result<()> {
+        let (log, index) = (self.inner.store.commitlog(), &self.inner.index);
+        index.truncate_phys(log.max_offset()).map_err(io_err)?;
+        index.purge_below_phys(log.min_offset()).map_err(io_err)?;
+        let from = match index.max_offset().checked_sub(1).filter(|&q| q >= index.min_offset()) {
+            Some(q) => {
+                let u = index.get(q).map_err(io_err)?;
+                u.phys + u64::from(u.size)
+            }
+            None => log.min_offset(),
+        };
+        let purged = self.inner.meta.purged().map(|p| p.index);
+        let mut added = 0u64;
+        for record in log.iter_from(from) {
+            let record = record.map_err(io_err)?;
+            let i = record.meta().index;
+            if purged.is_some_and(|p| i <= p) {
+                continue;
+            }
+            self.index_record(&record)?;
+            added += 1;
+        }
+        if added > 0 {
+            tracing::info!(added, "log index caught up with the commitlog");
+        }
+        Ok(())
+    }
+
+    /// Adds one record to the log index, which must continue densely.
+    fn index_record(&self, record: &RecordRef) -> io::Result<()> {
+        let index = &self.inner.index;
+        let i = record.meta().index;
+        if index.max_offset() != i {
+            if index.min_offset() == index.max_offset() {
+                index.reset(i).map_err(io_err)?;
+            } else {
+                return Err(invalid(format!(
+                    "log index expects entry {} next, the log has {i} at offset {}",
+                    index.max_offset(),
+                    record.offset()
+                )));
+            }
+        }
+        index
+            .append(CqUnit {
+                phys: record.offset(),
+                size: record.encoded().len() as u32,
+                tag_hash: record.meta().term,
+            })
+            .map_err(io_err)?;
+        Ok(())
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Position and length of entry `index`'s record, and its term.
+    pub fn locate(&self, index: u64) -> io::Result<CqUnit> {
+        self.inner.index.get(index).map_err(io_err)
+    }
+
+    /// First index after the purged prefix, and one past the last entry.
+    pub fn bounds(&self) -> (u64, u64) {
+        let index = &self.inner.index;
+        let after_purge = self.inner.meta.purged().map_or(0, |p| p.index + 1);
+        (index.min_offset().max(after_purge), index.max_offset())
+    }
+
+    fn read_entry(&self, i: u64) -> io::Result<Entry> {
+        let unit = self.locate(i)?;
+        let record = self.inner.store.commitlog().read(unit.phys).map_err(io_err)?;
+        let meta = record.meta();
+        if meta.index != i {
+            return Err(invalid(format!(
+                "log index points entry {i} at a record of entry {}",
+                meta.index
+            )));
+        }
+        entry::from_parts(meta.term, meta.index, meta.kind, Bytes::from_owner(Payload(record)))
+    }
+
+    fn last_log_id(&self) -> io::Result<Option<LogId>> {
+        let (first, end) = self.bounds();
+        if end > first {
+            let unit = self.locate(end - 1)?;
+            Ok(Some(log_id(unit.tag_hash, end - 1)))
+        } else {
+            Ok(self.inner.meta.purged())
+        }
+    }
+
+    /// After a snapshot install that replaced the whole log: the log is
+    /// empty and continues after `last`.
+    pub(crate) fn reset_after_snapshot(&self, last: LogId) -> io::Result<()> {
+        let _w = self
+            .inner
+            .write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.inner.meta.save_purged(Some(last))?;
+        self.inner.index.reset(last.index + 1).map_err(io_err)
+    }
+
+    /// Writes the latest committed log id (at shutdown).
+    pub fn flush_meta(&self) -> io::Result<()> {
+        self.inner.meta.flush_committed()
+    }
+
+    fn append_now(&self, entries: Vec<Entry>) -> io::Result<u64> {
+        let _w = self
+            .inner
+            .write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let parts: Vec<_> = entries.iter().map(entry::to_record).collect();
+        let records: Vec<NewRecord<'_>> = parts
+            .iter()
+            .map(|(meta, payload)| NewRecord { meta: *meta, payload })
+            .collect();
+        if let (Some(first), index) = (records.first(), &self.inner.index) {
+            let next = index.max_offset();
+            if first.meta.index != next && index.min_offset() != index.max_offset() {
+                return Err(invalid(format!(
+                    "append of entry {} leaves a hole: the log ends before {next}",
+                    first.meta.index
+                )));
+            }
+        }
+        let appended = self.inner.store.commitlog().append(&records).map_err(io_err)?;
+        for ((meta, payload), &phys) in parts.iter().zip(&appended.offsets) {
+            let index = &self.inner.index;
+            if index.max_offset() != meta.index {
+                index.reset(meta.index).map_err(io_err)?;
+            }
+            index
+                .append(CqUnit {
+                    phys,
+                    size: (raftmq_store::record::encoded_len(payload.len())) as u32,
+                    tag_hash: meta.term,
+                })
+                .map_err(io_err)?;
+        }
+        Ok(appended.end)
+    }
+
+    fn truncate_now(&self, first: u64) -> io::Result<()> {
+        let _w = self
+            .inner
+            .write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let index = &self.inner.index;
+        let first = first.max(index.min_offset());
+        if first >= index.max_offset() {
+            return Ok(());
+        }
+        let unit = index.get(first).map_err(io_err)?;
+        self.inner.store.truncate(unit.phys).map_err(io_err)?;
+        index.truncate(first).map_err(io_err)
+    }
+
+    fn purge_now(&self, upto: LogId) -> io::Result<()> {
+        let _w = self
+            .inner
+            .write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Record the purge first: once it is durable the entries are gone
+        // for openraft, whatever happens to the files.
+        self.inner.meta.save_purged(Some(upto))?;
+        let index = &self.inner.index;
+        let keep = upto.index + 1;
+        let keep_phys = if keep < index.max_offset() {
+            index.get(keep).map_err(io_err)?.phys
+        } else {
+            self.inner.store.commitlog().max_offset()
+        };
+        let min = self.inner.store.purge_before(keep_phys).map_err(io_err)?;
+        if keep >= index.max_offset() {
+            index.reset(keep).map_err(io_err)?;
+        } else {
+            index.purge_below_phys(min).map_err(io_err)?;
+        }
+        Ok(())
+    }
+}
+
+fn range_start(range: &impl RangeBounds<u64>) -> u64 {
+    match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    }
+}
+
+fn range_end(range: &impl RangeBounds<u64>) -> u64 {
+    match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => u64::MAX,
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let (first, end) = self.bounds();
+        let (from, to) = (range_start(&range).max(first), range_end(&range).min(end));
+        (from..to.max(from)).map(|i| self.read_entry(i)).collect()
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.inner.meta.vote())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        Ok(LogState {
+            last_purged_log_id: self.inner.meta.purged(),
+            last_log_id: self.last_log_id()?,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let this = self.clone();
+        let vote = *vote;
+        tokio::task::spawn_blocking(move || {
+            // A vote must not become durable ahead of an append submitted
+            // before it (see the module docs).
+            let log = this.inner.store.commitlog();
+            log.wait_durable(log.max_offset()).map_err(io_err)?;
+            this.inner.meta.save_vote(&vote)
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        self.inner.meta.save_committed(committed)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.inner.meta.committed())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let end = self.append_now(entries.into_iter().collect())?;
+        self.inner
+            .store
+            .commitlog()
+            .on_durable(end, Box::new(move |r| callback.io_completed(r.map_err(io_err))));
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.truncate_now(last_log_id.map_or(0, |l| l.index + 1)))
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.purge_now(log_id))
+            .await
+            .map_err(io::Error::other)?
+    }
+}

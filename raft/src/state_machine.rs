@@ -1,0 +1,433 @@
+//! The replicated state machine: applies committed entries, in log order, on
+//! every node.
+//!
+//! * Message batches get their queue offsets here: each message's
+//!   ConsumeQueue unit is appended (dense offsets per queue, identical on
+//!   every replica because every replica applies the same entries in the
+//!   same order) and its keys are indexed. The unit points at the message's
+//!   bytes inside the entry's own CommitLog record: messages are never
+//!   copied.
+//! * Admin commands change the [`Metadata`] (topics, consumer offsets).
+//!
+//! # Restarts and snapshots
+//!
+//! The metadata lives in memory and in snapshots (`raft/snapshot.json`):
+//! the metadata, the last applied log id and membership, the physical offset
+//! after the last applied record, and every queue's next offset; never the
+//! messages. At start the state machine loads the snapshot and openraft
+//! re-applies the entries after it. Re-applying is idempotent: an entry whose
+//! record lies below the store's dispatch checkpoint is already in the
+//! ConsumeQueues and only its metadata effects are replayed. A snapshot is
+//! written only after the indexes it covers are durable, so the checkpoint
+//! never trails a snapshot.
+//!
+//! Installing a snapshot from the leader either catches up from the local
+//! log (when it already holds the snapshot's last entry) or replaces the
+//! local log and queues with empty ones that continue at the snapshot's
+//! physical and queue offsets, so the node appends at the same positions as
+//! everyone else.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use futures::TryStreamExt;
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload as Payload, OptionalSend, RaftSnapshotBuilder};
+use raftmq_store::Dispatch;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::command::{AdminCommand, BatchOutcome, BatchView, Decoded, Response, TopicConfig};
+use crate::log_store::{LogStore, io_err};
+use crate::message::tag_hash;
+use crate::types::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+
+/// File name of the current snapshot inside the raft directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.json";
+
+/// Replicated metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    pub topics: BTreeMap<String, TopicConfig>,
+    /// Consumer offsets: group -> topic -> queue id -> next offset to consume.
+    pub offsets: BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>>,
+}
+
+/// What a snapshot holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SnapshotContent {
+    meta: SnapshotMeta,
+    metadata: Metadata,
+    /// Physical offset right after the last applied record.
+    next_phys: u64,
+    /// (topic, queue id, next queue offset) of every queue.
+    queues: Vec<(String, u32, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    metadata: Metadata,
+}
+
+struct Inner {
+    log: LogStore,
+    dir: PathBuf,
+    state: RwLock<State>,
+    applied: watch::Sender<u64>,
+}
+
+/// The state machine of one node. Cloning gives another handle.
+#[derive(Clone)]
+pub struct StateMachine {
+    inner: Arc<Inner>,
+}
+
+fn read_state(l: &RwLock<State>) -> std::sync::RwLockReadGuard<'_, State> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write_state(l: &RwLock<State>) -> std::sync::RwLockWriteGuard<'_, State> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl StateMachine {
+    /// Opens the state machine over `log`, loading the current snapshot from
+    /// `raft_dir` if there is one.
+    pub fn open(log: LogStore, raft_dir: &Path) -> io::Result<StateMachine> {
+        let mut state = State::default();
+        if let Some(content) = read_snapshot(raft_dir)? {
+            state.last_applied = content.meta.last_log_id;
+            state.membership = content.meta.last_membership;
+            state.metadata = content.metadata;
+        }
+        let applied = state.last_applied.map_or(0, |l| l.index);
+        Ok(StateMachine {
+            inner: Arc::new(Inner {
+                log,
+                dir: raft_dir.to_path_buf(),
+                state: RwLock::new(state),
+                applied: watch::channel(applied).0,
+            }),
+        })
+    }
+
+    /// A copy of the replicated metadata.
+    pub fn metadata(&self) -> Metadata {
+        read_state(&self.inner.state).metadata.clone()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicConfig> {
+        read_state(&self.inner.state).metadata.topics.get(name).cloned()
+    }
+
+    pub fn last_applied(&self) -> Option<LogId> {
+        read_state(&self.inner.state).last_applied
+    }
+
+    /// Watches the index of the last applied entry (long polling, reading
+    /// one's own writes).
+    pub fn applied_watch(&self) -> watch::Receiver<u64> {
+        self.inner.applied.subscribe()
+    }
+
+    pub fn log(&self) -> &LogStore {
+        &self.inner.log
+    }
+
+    fn apply_entry(&self, entry: &Entry) -> io::Result<Response> {
+        let inner = &*self.inner;
+        let store = inner.log.store();
+        // Where the entry's record is. openraft only applies entries that are
+        // in the log; blank and membership entries do not need the position
+        // (openraft's storage suite applies them without a log).
+        let located = inner.log.locate(entry.log_id.index);
+        let record = located.as_ref().ok().map(|u| {
+            let end = u.phys + u64::from(u.size);
+            // Entries below the dispatch checkpoint are already in the queues
+            // (a restart re-applies them for their metadata only).
+            (
+                u.phys + raftmq_store::record::HEADER_LEN as u64,
+                end,
+                end > store.dispatched_offset(),
+            )
+        });
+        let mut st = write_state(&inner.state);
+        let resp = match &entry.payload {
+            Payload::Blank => Response::Done,
+            Payload::Membership(m) => {
+                st.membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                Response::Done
+            }
+            Payload::Normal(cmd) => match cmd.decode() {
+                // Every replica sees the same bytes and refuses them the same way.
+                Err(e) => Response::Rejected(e.to_string()),
+                Ok(Decoded::Admin(a)) => apply_admin(&mut st.metadata, a),
+                Ok(Decoded::Send(batches)) => {
+                    let Some((payload_phys, _, redo)) = record else {
+                        return Err(located
+                            .err()
+                            .unwrap_or_else(|| io::Error::other("entry not in the log")));
+                    };
+                    let mut out = Vec::with_capacity(batches.len());
+                    for b in &batches {
+                        out.push(apply_batch(&st.metadata, store, b, payload_phys, redo)?);
+                    }
+                    Response::Sent(out)
+                }
+            },
+        };
+        st.last_applied = Some(entry.log_id);
+        if let Some((_, end, true)) = record {
+            store.mark_dispatched(end);
+        }
+        Ok(resp)
+    }
+
+    fn snapshot_content(&self) -> io::Result<SnapshotContent> {
+        let store = self.inner.log.store();
+        let content = {
+            // Under the state lock no entry is half applied.
+            let st = read_state(&self.inner.state);
+            SnapshotContent {
+                meta: SnapshotMeta {
+                    last_log_id: st.last_applied,
+                    last_membership: st.membership.clone(),
+                },
+                metadata: st.metadata.clone(),
+                next_phys: store.dispatched_offset(),
+                queues: store
+                    .queues()
+                    .queues()
+                    .into_iter()
+                    .map(|(t, q, cq)| (t, q, cq.max_offset()))
+                    .collect(),
+            }
+        };
+        // The snapshot may only claim what the indexes have made durable.
+        store.flush_indexes().map_err(io_err)?;
+        Ok(content)
+    }
+
+    fn install(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let content: SnapshotContent =
+            serde_json::from_slice(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let Some(last) = meta.last_log_id else {
+            return Ok(());
+        };
+        let log = &self.inner.log;
+        let (first, end) = log.bounds();
+        let local_has_it = last.index >= first
+            && last.index < end
+            && log
+                .locate(last.index)
+                .is_ok_and(|u| u.tag_hash == crate::types::term_of(&last));
+        let applied = self.last_applied().map_or(0, |l| l.index + 1);
+        if local_has_it && applied >= first {
+            // The local log holds everything the snapshot covers: apply it
+            // from there, which keeps this node's queues and offsets.
+            for i in applied..=last.index {
+                let entry = futures::executor::block_on(async {
+                    let mut reader = log.clone();
+                    openraft::RaftLogReader::try_get_log_entries(&mut reader, i..i + 1).await
+                })?;
+                if let Some(e) = entry.first() {
+                    self.apply_entry(e)?;
+                }
+            }
+        } else {
+            log.store().reset(content.next_phys, &content.queues).map_err(io_err)?;
+            log.reset_after_snapshot(last)?;
+        }
+        {
+            let mut st = write_state(&self.inner.state);
+            st.last_applied = Some(last);
+            st.membership = meta.last_membership.clone();
+            st.metadata = content.metadata.clone();
+        }
+        write_snapshot(&self.inner.dir, data)?;
+        self.inner.applied.send_replace(last.index);
+        tracing::info!(last = %last, next_phys = content.next_phys, kept_log = local_has_it, "installed snapshot");
+        Ok(())
+    }
+}
+
+fn apply_admin(md: &mut Metadata, a: AdminCommand) -> Response {
+    match a {
+        AdminCommand::PutTopic(t) => {
+            md.topics.insert(t.name.clone(), t);
+        }
+        AdminCommand::DeleteTopic { name } => {
+            md.topics.remove(&name);
+            for topics in md.offsets.values_mut() {
+                topics.remove(&name);
+            }
+        }
+        AdminCommand::CommitOffset {
+            group,
+            topic,
+            queue_id,
+            offset,
+        } => {
+            md.offsets
+                .entry(group)
+                .or_default()
+                .entry(topic)
+                .or_default()
+                .insert(queue_id, offset);
+        }
+    }
+    Response::Done
+}
+
+fn apply_batch(
+    md: &Metadata,
+    store: &raftmq_store::Store,
+    b: &BatchView<'_>,
+    payload_phys: u64,
+    redo: bool,
+) -> io::Result<BatchOutcome> {
+    let Some(topic) = md.topics.get(b.topic) else {
+        return Ok(BatchOutcome::Rejected(format!("topic {} does not exist", b.topic)));
+    };
+    if !topic.writable() {
+        return Ok(BatchOutcome::Rejected(format!("topic {} is not writable", b.topic)));
+    }
+    if b.queue_id >= topic.write_queues {
+        return Ok(BatchOutcome::Rejected(format!(
+            "topic {} has {} write queues, not {}",
+            b.topic,
+            topic.write_queues,
+            b.queue_id + 1
+        )));
+    }
+    let mut first = None;
+    if redo {
+        for (at, len, view) in &b.messages {
+            let mut keys: Vec<Vec<u8>> = view.keys().map(|k| format!("{}#{k}", b.topic).into_bytes()).collect();
+            if !view.message_id.is_empty() {
+                keys.push(format!("{}#{}", b.topic, view.message_id).into_bytes());
+            }
+            let offset = store
+                .dispatch(&Dispatch {
+                    topic: b.topic,
+                    queue_id: b.queue_id,
+                    phys: payload_phys + *at as u64,
+                    size: *len as u32,
+                    tag_hash: tag_hash(view.tag),
+                    store_timestamp_ms: view.store_timestamp_ms,
+                    keys: keys.iter().map(Vec::as_slice).collect(),
+                })
+                .map_err(io_err)?;
+            first.get_or_insert(offset);
+        }
+    }
+    Ok(BatchOutcome::Appended {
+        first_queue_offset: first.unwrap_or(0),
+        count: b.messages.len() as u32,
+    })
+}
+
+fn read_snapshot(dir: &Path) -> io::Result<Option<SnapshotContent>> {
+    match fs::read(dir.join(SNAPSHOT_FILE)) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{SNAPSHOT_FILE}: {e}"))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Replaces the snapshot file atomically.
+fn write_snapshot(dir: &Path, data: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Builds a snapshot of the state as it is when `build_snapshot` runs.
+pub struct SnapshotBuilder {
+    sm: StateMachine,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let sm = self.sm.clone();
+        tokio::task::spawn_blocking(move || {
+            let content = sm.snapshot_content()?;
+            let data = serde_json::to_vec(&content).map_err(io::Error::other)?;
+            write_snapshot(&sm.inner.dir, &data)?;
+            tracing::info!(last = ?content.meta.last_log_id, bytes = data.len(), "built snapshot");
+            Ok(Snapshot {
+                meta: content.meta,
+                snapshot: data,
+            })
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = Vec<u8>;
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let st = read_state(&self.inner.state);
+        Ok((st.last_applied, st.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: futures::Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        let mut last = None;
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let resp = self.apply_entry(&entry)?;
+            last = Some(entry.log_id.index);
+            if let Some(r) = responder {
+                r.send(resp);
+            }
+        }
+        if let Some(i) = last {
+            self.inner.applied.send_replace(i);
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder { sm: self.clone() }
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> Result<(), io::Error> {
+        let sm = self.clone();
+        let meta = meta.clone();
+        tokio::task::spawn_blocking(move || sm.install(&meta, &snapshot))
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let dir = self.inner.dir.clone();
+        let bytes = match tokio::fs::read(dir.join(SNAPSHOT_FILE)).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let content: SnapshotContent =
+            serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        Ok(Some(Snapshot {
+            meta: content.meta,
+            snapshot: bytes,
+        }))
+    }
+}
