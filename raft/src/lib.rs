@@ -15,6 +15,8 @@
 //! | [`network`]       | the gRPC client side of the Raft transport                         |
 //! | [`service`]       | the gRPC server side, feeding requests into openraft               |
 //! | [`node`]          | one node: store, log, state machine, Raft, transport, bootstrap     |
+//! | `wire`            | openraft messages <-> protobuf                                      |
+//! | [`error`]         | [`RaftError`]: retryable (not leader, unavailable) vs final         |
 //! | `pb`              | code generated from `proto/raftmq/v1/raft.proto`                    |
 //!
 //! # Data flow
@@ -30,11 +32,16 @@
 
 pub mod command;
 pub mod entry;
+pub mod error;
 pub mod log_store;
 pub mod message;
+pub mod network;
+pub mod node;
 mod raft_meta;
+pub mod service;
 pub mod state_machine;
 pub mod types;
+mod wire;
 
 pub mod pb {
     //! Generated from `proto/raftmq/v1/raft.proto`.
@@ -43,7 +50,9 @@ pub mod pb {
 }
 
 pub use command::{AdminCommand, BatchOutcome, Command, Response, SendBatch, TopicConfig};
+pub use error::RaftError;
 pub use log_store::LogStore;
 pub use message::Message;
+pub use node::{NodeConfig, RaftNode};
 pub use state_machine::{Metadata, StateMachine};
 pub use types::{NodeAddr, NodeId, TypeConfig};

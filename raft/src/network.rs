@@ -1,0 +1,231 @@
+//! The client side of the Raft transport: openraft's network calls become
+//! gRPC calls to the peer's `raftmq.v1.Raft` service.
+//!
+//! One lazily connected channel per peer address is shared by all of
+//! openraft's clients for that peer; tonic reconnects it on failure and
+//! openraft backs off between attempts (`Config::backoff`). Replication
+//! and heartbeats use the bidirectional `Append` stream.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use openraft::base::{BoxFuture, BoxStream};
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::{AnyError, OptionalSend};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::pb::raft_client::RaftClient;
+use crate::types::{NodeAddr, NodeId, Snapshot, TypeConfig, Vote};
+use crate::{pb, wire};
+
+/// Upper bound of one transport message, each way. openraft's
+/// `max_payload_entries` times the largest record must fit.
+pub const MAX_MESSAGE_SIZE: usize = 256 << 20;
+/// Snapshot data is sent in chunks of this size.
+pub const SNAPSHOT_CHUNK: usize = 1 << 20;
+
+/// Makes openraft's per-peer clients.
+#[derive(Clone, Default)]
+pub struct NetworkFactory {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl NetworkFactory {
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let mut channels = self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad raft address {addr:?}: {e}"))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10));
+        let channel = endpoint.connect_lazy();
+        channels.insert(addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+}
+
+/// openraft's client for one peer.
+pub struct Connection {
+    target: NodeId,
+    client: Result<RaftClient<Channel>, String>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = Connection;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> Connection {
+        let client = self.channel(&node.raft_addr).map(|ch| {
+            RaftClient::new(ch)
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        });
+        Connection { target, client }
+    }
+}
+
+fn unreachable(msg: impl std::fmt::Display) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::new(&AnyError::error(msg.to_string())))
+}
+
+fn network(msg: impl std::fmt::Display) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::new(&AnyError::error(msg.to_string())))
+}
+
+fn from_status(target: NodeId, s: tonic::Status) -> RPCError<TypeConfig> {
+    let msg = format!("node {target}: {}: {}", s.code(), s.message());
+    match s.code() {
+        tonic::Code::Unavailable => unreachable(msg),
+        _ => network(msg),
+    }
+}
+
+impl Connection {
+    fn client(&self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
+        self.client.clone().map_err(unreachable)
+    }
+
+    async fn open_append<S>(
+        &mut self,
+        input: S,
+        option: &RPCOption,
+    ) -> Result<
+        impl Stream<Item = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>> + use<S>,
+        RPCError<TypeConfig>,
+    >
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        let mut client = self.client()?;
+        let target = self.target;
+        let requests = input.map(|r| wire::append_to_pb(&r));
+        let response = tokio::time::timeout(
+            option.soft_ttl().max(Duration::from_millis(200)),
+            client.append(requests),
+        )
+        .await
+        .map_err(|_| network(format!("node {target}: opening the append stream timed out")))?
+        .map_err(|s| from_status(target, s))?;
+        Ok(response.into_inner().map(move |r| match r {
+            Ok(pb) => wire::append_result_from_pb(pb).map_err(|e| network(format!("node {target}: {e}"))),
+            Err(s) => Err(from_status(target, s)),
+        }))
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for Connection {
+    type SnapshotData = Vec<u8>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let mut responses = Box::pin(self.open_append(futures::stream::iter([rpc]), &option).await?);
+        match responses.next().await {
+            Some(r) => r.map(AppendEntriesResponse::from),
+            None => Err(network(format!(
+                "node {}: append stream ended without a response",
+                self.target
+            ))),
+        }
+    }
+
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<
+        's,
+        Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>, RPCError<TypeConfig>>,
+    >
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        Box::pin(async move {
+            let responses = self.open_append(input, &option).await?;
+            let boxed: BoxStream<'s, _> = Box::pin(responses);
+            Ok(boxed)
+        })
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let mut client = self.client()?;
+        let target = self.target;
+        let resp = tokio::time::timeout(option.hard_ttl(), client.vote(wire::vote_req_to_pb(&rpc)))
+            .await
+            .map_err(|_| network(format!("node {target}: vote timed out")))?
+            .map_err(|s| from_status(target, s))?;
+        wire::vote_resp_from_pb(resp.into_inner()).map_err(|e| network(format!("node {target}: {e}")))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let mut client = self.client()?;
+        let target = self.target;
+        let meta_json = serde_json::to_vec(&snapshot.meta).map_err(|e| network(e.to_string()))?;
+        let data = bytes::Bytes::from(snapshot.snapshot);
+        let mut chunks = vec![pb::SnapshotChunk {
+            chunk: Some(pb::snapshot_chunk::Chunk::Header(pb::SnapshotHeader {
+                vote: Some(wire::vote_to_pb(&vote)),
+                meta_json,
+                total_len: data.len() as u64,
+            })),
+        }];
+        let mut at = 0;
+        while at < data.len() {
+            let end = (at + SNAPSHOT_CHUNK).min(data.len());
+            chunks.push(pb::SnapshotChunk {
+                chunk: Some(pb::snapshot_chunk::Chunk::Data(data.slice(at..end))),
+            });
+            at = end;
+        }
+        let send = client.install_snapshot(futures::stream::iter(chunks));
+        let reply = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            r = send => r.map_err(|s| from_status(target, s))?,
+        };
+        let vote = wire::vote_from_pb(reply.into_inner().vote).map_err(|e| network(format!("node {target}: {e}")))?;
+        Ok(SnapshotResponse::new(vote))
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let mut client = self.client()?;
+        let target = self.target;
+        let reply = tokio::time::timeout(option.hard_ttl(), client.transfer_leader(wire::transfer_to_pb(&req)))
+            .await
+            .map_err(|_| network(format!("node {target}: transfer-leader timed out")))?
+            .map_err(|s| from_status(target, s))?
+            .into_inner();
+        if reply.error.is_empty() {
+            Ok(Ok(()))
+        } else {
+            Err(network(format!(
+                "node {target} refused the leadership transfer: {}",
+                reply.error
+            )))
+        }
+    }
+}

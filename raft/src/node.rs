@@ -1,0 +1,315 @@
+//! One node of a broker group: its store, Raft log, state machine, openraft
+//! instance and Raft transport server, plus bootstrap and membership.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{ClientWriteError, RaftError as OpenRaftError};
+use openraft::{ChangeMembers, Config, SnapshotPolicy};
+use raftmq_store::{Store, StoreConfig};
+use tokio::sync::watch;
+
+use crate::command::{Command, Response};
+use crate::error::RaftError;
+use crate::log_store::LogStore;
+use crate::network::NetworkFactory;
+use crate::service::RaftService;
+use crate::state_machine::StateMachine;
+use crate::types::{LogId, NodeAddr, NodeId, Raft};
+
+/// How a node runs. The broker fills it from its TOML config.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Name of the broker group (openraft's cluster name).
+    pub group: String,
+    pub node_id: NodeId,
+    pub data_dir: PathBuf,
+    /// Address the Raft transport listens on.
+    pub raft_listen: String,
+    /// How the other nodes reach this one.
+    pub advertise: NodeAddr,
+    /// The group's first members (this node included); used once, by the
+    /// node with `bootstrap`, to initialize a fresh group.
+    pub initial_members: BTreeMap<NodeId, NodeAddr>,
+    /// This node initializes the group if it was never initialized. Exactly
+    /// one node of a new group should have it; restarts never re-initialize.
+    pub bootstrap: bool,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    /// Build a snapshot every this many applied entries.
+    pub snapshot_every: u64,
+    /// Leadership goes back to this node whenever it is caught up.
+    pub preferred_leader: Option<NodeId>,
+    pub store: StoreConfig,
+}
+
+impl NodeConfig {
+    /// A config with the default timings for `node_id`.
+    pub fn new(group: &str, node_id: NodeId, data_dir: PathBuf, advertise: NodeAddr) -> NodeConfig {
+        NodeConfig {
+            group: group.to_string(),
+            node_id,
+            data_dir,
+            raft_listen: advertise.raft_addr.clone(),
+            advertise,
+            initial_members: BTreeMap::new(),
+            bootstrap: false,
+            election_timeout_min_ms: 150,
+            election_timeout_max_ms: 300,
+            heartbeat_interval_ms: 50,
+            snapshot_every: 10_000,
+            preferred_leader: None,
+            store: StoreConfig::default(),
+        }
+    }
+
+    fn openraft_config(&self) -> Result<Config, RaftError> {
+        Config {
+            cluster_name: self.group.clone(),
+            election_timeout_min: self.election_timeout_min_ms,
+            election_timeout_max: self.election_timeout_max_ms,
+            heartbeat_interval: self.heartbeat_interval_ms,
+            install_snapshot_timeout: 10_000,
+            // Bounded so that one append request stays below the transport's
+            // message limit even with the largest records.
+            max_payload_entries: 64,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
+            // The log is the message store: it is purged by retention (which
+            // calls `purge_log`), never just because a snapshot exists.
+            max_in_snapshot_log_to_keep: u64::MAX,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| RaftError::Invalid(format!("raft config: {e}")))
+    }
+}
+
+/// A running node.
+pub struct RaftNode {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub sm: StateMachine,
+    pub log: LogStore,
+    pub store: Store,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    raft_addr: std::net::SocketAddr,
+}
+
+impl RaftNode {
+    /// Opens the node's storage (recovering it after a crash), starts Raft
+    /// and the transport, and initializes the group if this is its
+    /// bootstrap node and it never was.
+    pub async fn start(cfg: NodeConfig) -> Result<Arc<RaftNode>, RaftError> {
+        let listener = tokio::net::TcpListener::bind(&cfg.raft_listen)
+            .await
+            .map_err(|e| RaftError::Invalid(format!("cannot listen on {}: {e}", cfg.raft_listen)))?;
+        let raft_addr = listener.local_addr()?;
+        let store = tokio::task::spawn_blocking({
+            let (dir, sc) = (cfg.data_dir.clone(), cfg.store.clone());
+            move || Store::open(&dir, &sc)
+        })
+        .await
+        .map_err(|e| RaftError::Fatal(e.to_string()))??;
+        let raft_dir = cfg.data_dir.join("raft");
+        let log = LogStore::open(store.clone(), &raft_dir)?;
+        let sm = StateMachine::open(log.clone(), &raft_dir)?;
+        let config = Arc::new(cfg.openraft_config()?);
+        let raft = Raft::new(cfg.node_id, config, NetworkFactory::default(), log.clone(), sm.clone())
+            .await
+            .map_err(|e| RaftError::Fatal(e.to_string()))?;
+
+        let (stop, mut stopped) = watch::channel(false);
+        let service = RaftService::new(raft.clone()).into_server();
+        let server = tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "raft transport server failed");
+            }
+        });
+
+        let node = Arc::new(RaftNode {
+            id: cfg.node_id,
+            raft,
+            sm,
+            log,
+            store,
+            stop,
+            server,
+            raft_addr,
+        });
+        if cfg.bootstrap {
+            node.bootstrap(&cfg).await?;
+        }
+        if let Some(preferred) = cfg.preferred_leader {
+            node.clone().spawn_preferred_leader(preferred);
+        }
+        tracing::info!(node = cfg.node_id, raft = %raft_addr, "raft node started");
+        Ok(node)
+    }
+
+    async fn bootstrap(&self, cfg: &NodeConfig) -> Result<(), RaftError> {
+        let initialized = self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| RaftError::Fatal(e.to_string()))?;
+        if initialized {
+            return Ok(());
+        }
+        let mut members = cfg.initial_members.clone();
+        members.entry(cfg.node_id).or_insert_with(|| cfg.advertise.clone());
+        match self.raft.initialize(members).await {
+            Ok(()) => {
+                tracing::info!(node = cfg.node_id, "initialized a new raft group");
+                Ok(())
+            }
+            Err(OpenRaftError::APIError(e)) => {
+                tracing::info!(error = %e, "group already initialized");
+                Ok(())
+            }
+            Err(e) => Err(RaftError::Fatal(e.to_string())),
+        }
+    }
+
+    /// The address the Raft transport actually listens on.
+    pub fn raft_addr(&self) -> std::net::SocketAddr {
+        self.raft_addr
+    }
+
+    /// Proposes a command on this node (it must be the leader) and waits
+    /// until it is committed and applied here.
+    pub async fn write(&self, cmd: Command) -> Result<(LogId, Response), RaftError> {
+        match self.raft.client_write(cmd).await {
+            Ok(r) => Ok((r.log_id, r.data)),
+            Err(e) => Err(map_write_error(e)),
+        }
+    }
+
+    /// The current leader's id and address, as this node knows them.
+    pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let id = m.current_leader?;
+        let addr = m.membership_config.membership().get_node(&id).cloned()?;
+        Some((id, addr))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.is_leader()
+    }
+
+    /// Adds a node: as a learner first (which blocks until it has caught
+    /// up), then as a voter.
+    pub async fn add_node(&self, id: NodeId, addr: NodeAddr) -> Result<(), RaftError> {
+        self.raft.add_learner(id, addr, true).await.map_err(map_write_error)?;
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(map_write_error)?;
+        Ok(())
+    }
+
+    /// Removes a node from the group entirely.
+    pub async fn remove_node(&self, id: NodeId) -> Result<(), RaftError> {
+        self.raft
+            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+            .await
+            .map_err(map_write_error)?;
+        self.raft
+            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+            .await
+            .map_err(map_write_error)?;
+        Ok(())
+    }
+
+    /// Hands leadership to `to` (this node must be the leader).
+    pub async fn transfer_leader(&self, to: NodeId) -> Result<(), RaftError> {
+        if !self.is_leader() {
+            let leader = self.leader();
+            return Err(RaftError::NotLeader {
+                leader_id: leader.as_ref().map(|l| l.0),
+                leader: leader.map(|l| l.1),
+            });
+        }
+        self.raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|e| RaftError::Fatal(e.to_string()))
+    }
+
+    /// While this node leads, hands leadership to `preferred` whenever that
+    /// node is a voter whose log has caught up with the leader's.
+    fn spawn_preferred_leader(self: Arc<Self>, preferred: NodeId) {
+        let mut stopped = self.stop.subscribe();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => return,
+                    _ = tick.tick() => {}
+                }
+                let m = self.raft.metrics().borrow_watched().clone();
+                if m.current_leader != Some(self.id) || self.id == preferred {
+                    continue;
+                }
+                let voter = m.membership_config.membership().voter_ids().any(|v| v == preferred);
+                let caught_up = m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&preferred))
+                    .is_some_and(|matched| {
+                        matched.as_ref().map(|l| l.index) >= m.last_log_index.map(|i| i.saturating_sub(0))
+                    });
+                if voter && caught_up {
+                    tracing::info!(to = preferred, "returning leadership to the preferred leader");
+                    let _ = self.raft.trigger().transfer_leader(preferred).await;
+                }
+            }
+        });
+    }
+
+    /// Stops Raft and the transport and closes the store cleanly.
+    pub async fn shutdown(&self) -> Result<(), RaftError> {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        self.server.abort();
+        self.log.flush_meta()?;
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.close())
+            .await
+            .map_err(|e| RaftError::Fatal(e.to_string()))??;
+        Ok(())
+    }
+}
+
+fn map_write_error(
+    e: OpenRaftError<crate::types::TypeConfig, ClientWriteError<crate::types::TypeConfig>>,
+) -> RaftError {
+    match e {
+        OpenRaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RaftError::NotLeader {
+            leader_id: f.leader_id,
+            leader: f.leader_node,
+        },
+        OpenRaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => RaftError::OutcomeUnknown(format!(
+            "the entry was discarded by a leader change (new leader: {:?})",
+            f.leader_id
+        )),
+        OpenRaftError::APIError(other) => RaftError::Invalid(other.to_string()),
+        OpenRaftError::Fatal(f) => RaftError::Fatal(f.to_string()),
+    }
+}

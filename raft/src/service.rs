@@ -1,0 +1,146 @@
+//! The server side of the Raft transport: requests from peers, validated and
+//! fed into openraft.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::pb::raft_server;
+use crate::types::{Raft, Snapshot, SnapshotMeta};
+use crate::{pb, wire};
+
+/// Largest snapshot accepted from a peer. Snapshots hold metadata only
+/// (topics, offsets, queue positions), never messages.
+pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+
+/// Serves `raftmq.v1.Raft` for one node.
+pub struct RaftService {
+    raft: Raft,
+}
+
+impl RaftService {
+    pub fn new(raft: Raft) -> RaftService {
+        RaftService { raft }
+    }
+
+    pub fn into_server(self) -> raft_server::RaftServer<RaftService> {
+        raft_server::RaftServer::new(self)
+            .max_decoding_message_size(crate::network::MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(crate::network::MAX_MESSAGE_SIZE)
+    }
+}
+
+fn bad(e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+type AppendStream = Pin<Box<dyn Stream<Item = Result<pb::AppendResponse, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl raft_server::Raft for RaftService {
+    type AppendStream = AppendStream;
+
+    async fn append(&self, request: Request<Streaming<pb::AppendRequest>>) -> Result<Response<AppendStream>, Status> {
+        // A malformed request ends the input; its error is sent after the
+        // answers to the requests before it.
+        let failure: Arc<Mutex<Option<Status>>> = Arc::default();
+        let noted = failure.clone();
+        let input = request.into_inner().scan((), move |_, r| {
+            let decoded = r.and_then(|pb| wire::append_from_pb(pb).map_err(bad));
+            let next = match decoded {
+                Ok(req) => Some(req),
+                Err(status) => {
+                    *noted.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status);
+                    None
+                }
+            };
+            futures::future::ready(next)
+        });
+        let input = Box::pin(input);
+        let answers = self.raft.stream_append(input).map(|r| match r {
+            Ok(result) => Ok(wire::append_result_to_pb(result)),
+            Err(fatal) => Err(Status::unavailable(format!("raft stopped: {fatal}"))),
+        });
+        let trailer =
+            futures::stream::once(
+                async move { failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() },
+            )
+            .filter_map(|s| async move { s.map(Err) });
+        Ok(Response::new(Box::pin(answers.chain(trailer))))
+    }
+
+    async fn vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        let req = wire::vote_req_from_pb(request.into_inner()).map_err(bad)?;
+        let resp = self
+            .raft
+            .vote(req)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(wire::vote_resp_to_pb(&resp)))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<pb::SnapshotChunk>>,
+    ) -> Result<Response<pb::SnapshotReply>, Status> {
+        use pb::snapshot_chunk::Chunk;
+        let mut chunks = request.into_inner();
+        let header = match chunks.next().await {
+            Some(Ok(pb::SnapshotChunk {
+                chunk: Some(Chunk::Header(h)),
+            })) => h,
+            Some(Err(s)) => return Err(s),
+            _ => return Err(bad("a snapshot must start with its header")),
+        };
+        let vote = wire::vote_from_pb(header.vote).map_err(bad)?;
+        let meta: SnapshotMeta =
+            serde_json::from_slice(&header.meta_json).map_err(|e| bad(format!("snapshot meta: {e}")))?;
+        if header.total_len > MAX_SNAPSHOT_BYTES {
+            return Err(bad(format!(
+                "snapshot of {} bytes exceeds {MAX_SNAPSHOT_BYTES}",
+                header.total_len
+            )));
+        }
+        // openraft asserts that a snapshot's last log id is not newer than
+        // the vote that sends it; a peer must not be able to trip that.
+        if meta.last_log_id.is_some_and(|l| l.leader_id.term > vote.leader_id.term) {
+            return Err(bad("snapshot newer than the vote that sends it"));
+        }
+        let mut data = Vec::with_capacity(header.total_len as usize);
+        while let Some(chunk) = chunks.next().await {
+            match chunk?.chunk {
+                Some(Chunk::Data(d)) if (data.len() + d.len()) as u64 <= header.total_len => data.extend_from_slice(&d),
+                Some(Chunk::Data(_)) => return Err(bad("snapshot data longer than announced")),
+                _ => return Err(bad("a snapshot has one header")),
+            }
+        }
+        if data.len() as u64 != header.total_len {
+            return Err(bad("snapshot data shorter than announced"));
+        }
+        let resp = self
+            .raft
+            .install_full_snapshot(vote, Snapshot { meta, snapshot: data })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(pb::SnapshotReply {
+            vote: Some(wire::vote_to_pb(&resp.vote)),
+        }))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::TransferLeaderReply>, Status> {
+        let req = wire::transfer_from_pb(request.into_inner()).map_err(bad)?;
+        let result = self
+            .raft
+            .handle_transfer_leader(req)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(pb::TransferLeaderReply {
+            error: result.err().map(|e| e.to_string()).unwrap_or_default(),
+        }))
+    }
+}
