@@ -26,6 +26,12 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run one broker node (a member of a three-node Raft group).
+    Broker {
+        /// The node's TOML config (see deploy/local/ for examples).
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Work with a node's store directory offline.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -64,6 +70,10 @@ pub fn init_tracing(cli: &Cli) {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Broker { config } => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(crate::server::run(&config)),
         Command::Store(StoreCommand::Verify {
             dir,
             segment_size,

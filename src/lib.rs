@@ -3,13 +3,43 @@
 //!
 //! # Module map
 //!
-//! | module      | what it holds                                                |
-//! |-------------|--------------------------------------------------------------|
-//! | [`cli`]     | the `raftmq` command line (clap) and its dispatch           |
-//! | [`inspect`] | `raftmq store verify`: open a store offline and summarize it |
+//! | module             | what it holds                                                  |
+//! |--------------------|----------------------------------------------------------------|
+//! | [`cli`]            | the `raftmq` command line (clap) and its dispatch             |
+//! | [`config`]         | the broker's TOML configuration                               |
+//! | [`server`]         | `raftmq broker`: a node and its client services, signals       |
+//! | [`broker`]         | the broker core: send, read, topics, status, membership        |
+//! | [`batcher`]        | group commit: concurrent sends packed into one Raft entry      |
+//! | [`broker_service`] | `raftmq.v1.Broker` over gRPC, forwarding to the leader         |
+//! | [`error`]          | [`error::BrokerError`] and its mapping to gRPC status codes    |
+//! | [`inspect`]        | `raftmq store verify`: open a store offline and summarize it   |
+//! | `pb`               | code generated from `proto/raftmq/v1/broker.proto`             |
 //!
-//! The storage engine is the `raftmq-store` crate (`store/`). The Raft
-//! layer, broker, NameServer and client protocol arrive in later changes.
+//! The storage engine is `raftmq-store` (`store/`), the Raft layer
+//! `raftmq-raft` (`raft/`).
+//!
+//! ```text
+//!  client ─► BrokerService (any node) ─follower─► forwards to the leader's BrokerService
+//!                 │ leader
+//!                 ▼
+//!            Broker.send ─► Batcher ─► RaftNode.write ─► replicated, applied ─► queue offsets
+//!            Broker.read ◄── this node's ConsumeQueues and CommitLog (applied data only)
+//! ```
 
+pub mod batcher;
+pub mod broker;
+pub mod broker_service;
 pub mod cli;
+pub mod config;
+pub mod error;
 pub mod inspect;
+pub mod server;
+
+pub mod pb {
+    //! Generated from `proto/raftmq/v1/broker.proto`.
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("raftmq.v1");
+}
+
+/// Upper bound of one client message, each way.
+pub const MAX_MESSAGE_SIZE: usize = 64 << 20;

@@ -1,0 +1,103 @@
+//! Group commit at the leader: sends that arrive while earlier ones are
+//! being proposed are packed into one Raft entry (one record, one fsync),
+//! so throughput grows with the number of concurrent producers.
+//!
+//! ```text
+//!  send ─► channel ─► take one, then everything already queued (bounded)
+//!                         └─► one Command with many batches ─► raft write (spawned,
+//!                              several in flight) ─► each sender gets its batch's outcome
+//! ```
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use raftmq_raft::RaftNode;
+use raftmq_raft::command::{BatchOutcome, Command, Response, SendBatch};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::BrokerError;
+
+/// Most batches packed into one entry.
+pub const MAX_BATCHES_PER_ENTRY: usize = 1024;
+/// Most message bytes packed into one entry.
+pub const MAX_BYTES_PER_ENTRY: usize = 4 << 20;
+
+struct Pending {
+    batch: SendBatch,
+    bytes: usize,
+    reply: oneshot::Sender<Result<BatchOutcome, BrokerError>>,
+}
+
+#[derive(Clone)]
+pub struct Batcher {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl Batcher {
+    pub fn start(node: Arc<RaftNode>) -> Batcher {
+        let (tx, rx) = mpsc::channel(16 * 1024);
+        tokio::spawn(run(node, rx));
+        Batcher { tx }
+    }
+
+    /// Proposes a batch and waits for its outcome.
+    pub async fn send(&self, batch: SendBatch) -> Result<BatchOutcome, BrokerError> {
+        let bytes = batch.messages.iter().map(|m| m.encoded_len()).sum();
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Pending { batch, bytes, reply })
+            .await
+            .map_err(|_| BrokerError::Unavailable("the broker is shutting down".into()))?;
+        rx.await
+            .map_err(|_| BrokerError::OutcomeUnknown("the proposal was dropped".into()))?
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>) {
+    while let Some(first) = rx.recv().await {
+        let mut bytes = first.bytes;
+        let mut group = vec![first];
+        while group.len() < MAX_BATCHES_PER_ENTRY && bytes < MAX_BYTES_PER_ENTRY {
+            match rx.try_recv() {
+                Ok(p) => {
+                    bytes += p.bytes;
+                    group.push(p);
+                }
+                Err(_) => break,
+            }
+        }
+        let node = node.clone();
+        tokio::spawn(async move {
+            let batches: Vec<SendBatch> = group.iter().map(|p| p.batch.clone()).collect();
+            let result = match Command::send(&batches, now_ms()) {
+                Err(e) => Err(BrokerError::Invalid(e.to_string())),
+                Ok(cmd) => node.write(cmd).await.map_err(BrokerError::from),
+            };
+            match result {
+                Ok((_, Response::Sent(outcomes))) if outcomes.len() == group.len() => {
+                    for (p, o) in group.into_iter().zip(outcomes) {
+                        let _ = p.reply.send(Ok(o));
+                    }
+                }
+                Ok((_, other)) => {
+                    for p in group {
+                        let _ = p
+                            .reply
+                            .send(Err(BrokerError::Internal(format!("unexpected response {other:?}"))));
+                    }
+                }
+                Err(e) => {
+                    for p in group {
+                        let _ = p.reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,264 @@
+//! The broker core of one node: send (to the leader's batcher, or forwarded
+//! to the leader), read (from this node's applied state), topics, status and
+//! membership. Served over gRPC by [`crate::broker_service`]; the RocketMQ
+//! protocol will call the same core.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::ServerState;
+use openraft::async_runtime::WatchReceiver;
+use raftmq_raft::command::{AdminCommand, BatchOutcome, Response, SendBatch, TopicConfig};
+use raftmq_raft::message::MessageView;
+use raftmq_raft::{Message, NodeAddr, RaftNode};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::batcher::Batcher;
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+use crate::pb;
+use crate::pb::broker_client::BrokerClient;
+
+/// How long a follower waits for a leader to forward to.
+pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
+
+pub struct Broker {
+    pub node: Arc<RaftNode>,
+    pub cfg: BrokerConfig,
+    batcher: Batcher,
+    peers: Mutex<HashMap<String, Channel>>,
+}
+
+impl Broker {
+    pub fn new(node: Arc<RaftNode>, cfg: BrokerConfig) -> Broker {
+        Broker {
+            batcher: Batcher::start(node.clone()),
+            node,
+            cfg,
+            peers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A client for the current leader, waiting (bounded) for one to be
+    /// elected. `None` when this node is the leader.
+    pub async fn leader_client(&self) -> Result<Option<BrokerClient<Channel>>, BrokerError> {
+        let deadline = tokio::time::Instant::now() + FORWARD_WAIT;
+        loop {
+            if self.node.is_leader() {
+                return Ok(None);
+            }
+            if let Some((_, addr)) = self.node.leader() {
+                return Ok(Some(self.client_for(&addr)?));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(BrokerError::Unavailable("no leader was elected in time".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn client_for(&self, addr: &NodeAddr) -> Result<BrokerClient<Channel>, BrokerError> {
+        let mut peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let channel = match peers.get(&addr.client_addr) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Endpoint::from_shared(format!("http://{}", addr.client_addr))
+                    .map_err(|e| BrokerError::Internal(format!("leader address {}: {e}", addr.client_addr)))?
+                    .connect_timeout(Duration::from_millis(500))
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                peers.insert(addr.client_addr.clone(), c.clone());
+                c
+            }
+        };
+        Ok(BrokerClient::new(channel)
+            .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(crate::MAX_MESSAGE_SIZE))
+    }
+
+    /// Validates and proposes a batch on the leader (this node).
+    pub async fn send_local(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        messages: Vec<Message>,
+    ) -> Result<(u64, u32), BrokerError> {
+        let t = self
+            .node
+            .sm
+            .topic(topic)
+            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        if !t.writable() {
+            return Err(BrokerError::Invalid(format!("topic {topic} is not writable")));
+        }
+        if queue_id >= t.write_queues {
+            return Err(BrokerError::Invalid(format!(
+                "queue {queue_id} does not exist: topic {topic} has {} write queues",
+                t.write_queues
+            )));
+        }
+        if messages.is_empty() {
+            return Err(BrokerError::Invalid("a send needs at least one message".into()));
+        }
+        for m in &messages {
+            if m.body.len() > self.cfg.max_body_bytes {
+                return Err(BrokerError::Invalid(format!(
+                    "message body of {} bytes exceeds the limit of {}",
+                    m.body.len(),
+                    self.cfg.max_body_bytes
+                )));
+            }
+            m.validate().map_err(|e| BrokerError::Invalid(e.to_string()))?;
+        }
+        let batch = SendBatch {
+            topic: topic.to_string(),
+            queue_id,
+            messages,
+        };
+        match self.batcher.send(batch).await? {
+            BatchOutcome::Appended {
+                first_queue_offset,
+                count,
+            } => Ok((first_queue_offset, count)),
+            BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
+        }
+    }
+
+    /// Reads committed messages from this node's applied state.
+    pub fn read(&self, topic: &str, queue_id: u32, offset: u64, max: u32) -> Result<pb::ReadResponse, BrokerError> {
+        if self.node.sm.topic(topic).is_none() {
+            return Err(BrokerError::TopicNotFound(topic.to_string()));
+        }
+        let store = &self.node.store;
+        let Some(cq) = store.queue(topic, queue_id) else {
+            return Ok(pb::ReadResponse {
+                messages: vec![],
+                next_offset: offset,
+                max_offset: 0,
+            });
+        };
+        let (min, end) = (cq.min_offset(), cq.max_offset());
+        let start = offset.max(min);
+        let stop = end.min(start.saturating_add(u64::from(max.clamp(1, 1024))));
+        let mut messages = Vec::new();
+        for q in start..stop {
+            let (_, bytes) = store
+                .message(topic, queue_id, q)
+                .map_err(|e| BrokerError::Internal(e.to_string()))?;
+            let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+            messages.push(to_pb(&view, q));
+        }
+        Ok(pb::ReadResponse {
+            messages,
+            next_offset: stop.max(start),
+            max_offset: end,
+        })
+    }
+
+    pub async fn put_topic_local(&self, t: TopicConfig) -> Result<(), BrokerError> {
+        raftmq_store::queue_table::validate_topic(&t.name).map_err(|e| BrokerError::Invalid(e.to_string()))?;
+        if t.read_queues == 0 || t.write_queues == 0 || t.read_queues > 1024 || t.write_queues > 1024 {
+            return Err(BrokerError::Invalid("queue counts must be between 1 and 1024".into()));
+        }
+        if t.perm & !6 != 0 || t.perm == 0 {
+            return Err(BrokerError::Invalid(
+                "perm must be 2 (write), 4 (read) or 6 (both)".into(),
+            ));
+        }
+        let cmd = raftmq_raft::Command::admin(&AdminCommand::PutTopic(t));
+        match self.node.write(cmd).await?.1 {
+            Response::Rejected(why) => Err(BrokerError::Invalid(why)),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn status(&self, with_digest: bool) -> Result<pb::StatusResponse, BrokerError> {
+        let m = self.node.raft.metrics().borrow_watched().clone();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        let membership = m.membership_config.membership();
+        let voters: Vec<u64> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, n)| pb::Member {
+                node_id: *id,
+                raft_addr: n.raft_addr.clone(),
+                client_addr: n.client_addr.clone(),
+                voter: voters.contains(id),
+            })
+            .collect();
+        let applied = m.last_applied.map_or(0, |l| l.index);
+        let log = self.node.log.clone();
+        let digest = if with_digest {
+            applied_digest(&log, m.last_applied.map(|l| l.index))?
+        } else {
+            0
+        };
+        Ok(pb::StatusResponse {
+            node_id: self.node.id,
+            group: self.cfg.group.clone(),
+            role: role.into(),
+            term: m.current_term,
+            leader_id: m.current_leader,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            commit_index: m.local_committed.map_or(0, |l| l.index),
+            applied_index: applied,
+            members,
+            applied_log_digest: digest,
+            log_start_index: log.bounds().0,
+        })
+    }
+}
+
+/// CRC32 over (term, index, record CRC) of every record up to `applied`.
+fn applied_digest(log: &raftmq_raft::LogStore, applied: Option<u64>) -> Result<u32, BrokerError> {
+    let mut h = crc32fast::Hasher::new();
+    let Some(applied) = applied else { return Ok(0) };
+    let (first, _) = log.bounds();
+    for i in first..=applied {
+        let unit = log.locate(i).map_err(|e| BrokerError::Internal(e.to_string()))?;
+        let record = log
+            .store()
+            .commitlog()
+            .read(unit.phys)
+            .map_err(|e| BrokerError::Internal(e.to_string()))?;
+        h.update(&record.meta().term.to_le_bytes());
+        h.update(&record.meta().index.to_le_bytes());
+        h.update(&record.crc().to_le_bytes());
+    }
+    Ok(h.finalize())
+}
+
+pub fn from_pb(m: pb::Message) -> Message {
+    Message {
+        message_id: m.message_id,
+        tag: m.tag,
+        keys: m.keys,
+        properties: m.properties.into_iter().collect(),
+        body: m.body,
+        born_timestamp_ms: m.born_timestamp_ms,
+    }
+}
+
+pub fn to_pb(v: &MessageView<'_>, queue_offset: u64) -> pb::Message {
+    pb::Message {
+        message_id: v.message_id.to_string(),
+        tag: v.tag.to_string(),
+        keys: v.keys().map(str::to_string).collect(),
+        properties: v
+            .properties()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        body: bytes::Bytes::copy_from_slice(v.body),
+        born_timestamp_ms: v.born_timestamp_ms,
+        store_timestamp_ms: v.store_timestamp_ms,
+        queue_offset,
+    }
+}

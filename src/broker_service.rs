@@ -1,0 +1,164 @@
+//! `raftmq.v1.Broker` over gRPC. Reads and status are answered locally;
+//! everything that changes state runs on the leader, so a follower forwards
+//! it there itself (the client never has to find the leader).
+
+use std::sync::Arc;
+
+use raftmq_raft::NodeAddr;
+use raftmq_raft::command::TopicConfig;
+use tonic::{Request, Response, Status};
+
+use crate::broker::{Broker, from_pb};
+use crate::error::BrokerError;
+use crate::pb;
+use crate::pb::broker_server;
+
+pub struct BrokerService {
+    broker: Arc<Broker>,
+}
+
+impl BrokerService {
+    pub fn new(broker: Arc<Broker>) -> broker_server::BrokerServer<BrokerService> {
+        broker_server::BrokerServer::new(BrokerService { broker })
+            .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
+    }
+}
+
+/// Runs `local` on the leader, or forwards the request with `remote`.
+macro_rules! on_leader {
+    ($self:ident, $req:ident, $local:expr, $remote:ident) => {{
+        match $self.broker.leader_client().await? {
+            None => $local,
+            Some(mut client) => client.$remote($req).await.map(Response::into_inner).map_err(|s| {
+                // A forwarded call's own errors come back as they were.
+                Status::from(BrokerError::from(s))
+            }),
+        }
+    }};
+}
+
+#[tonic::async_trait]
+impl broker_server::Broker for BrokerService {
+    async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
+        let req = request.into_inner();
+        let out = on_leader!(
+            self,
+            req,
+            {
+                let messages = req.messages.into_iter().map(from_pb).collect();
+                let (first, count) = self.broker.send_local(&req.topic, req.queue_id, messages).await?;
+                Ok(pb::SendResponse {
+                    first_queue_offset: first,
+                    count,
+                })
+            },
+            send
+        )?;
+        Ok(Response::new(out))
+    }
+
+    async fn read(&self, request: Request<pb::ReadRequest>) -> Result<Response<pb::ReadResponse>, Status> {
+        let r = request.into_inner();
+        Ok(Response::new(self.broker.read(
+            &r.topic,
+            r.queue_id,
+            r.offset,
+            r.max_count,
+        )?))
+    }
+
+    async fn put_topic(&self, request: Request<pb::PutTopicRequest>) -> Result<Response<pb::PutTopicResponse>, Status> {
+        let req = request.into_inner();
+        let out = on_leader!(
+            self,
+            req,
+            {
+                self.broker
+                    .put_topic_local(TopicConfig {
+                        name: req.name.clone(),
+                        read_queues: req.read_queues,
+                        write_queues: req.write_queues,
+                        perm: req.perm,
+                    })
+                    .await?;
+                Ok(pb::PutTopicResponse {})
+            },
+            put_topic
+        )?;
+        Ok(Response::new(out))
+    }
+
+    async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        let with_digest = request.into_inner().with_digest;
+        let broker = self.broker.clone();
+        let status = tokio::task::spawn_blocking(move || broker.status(with_digest))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(status))
+    }
+
+    async fn add_node(&self, request: Request<pb::AddNodeRequest>) -> Result<Response<pb::MembershipResponse>, Status> {
+        let req = request.into_inner();
+        let out = on_leader!(
+            self,
+            req,
+            {
+                let addr = NodeAddr {
+                    raft_addr: req.raft_addr.clone(),
+                    client_addr: req.client_addr.clone(),
+                };
+                self.broker
+                    .node
+                    .add_node(req.node_id, addr)
+                    .await
+                    .map_err(BrokerError::from)?;
+                Ok(pb::MembershipResponse {})
+            },
+            add_node
+        )?;
+        Ok(Response::new(out))
+    }
+
+    async fn remove_node(
+        &self,
+        request: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let req = request.into_inner();
+        let out = on_leader!(
+            self,
+            req,
+            {
+                self.broker
+                    .node
+                    .remove_node(req.node_id)
+                    .await
+                    .map_err(BrokerError::from)?;
+                Ok(pb::MembershipResponse {})
+            },
+            remove_node
+        )?;
+        Ok(Response::new(out))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::TransferLeaderToRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let req = request.into_inner();
+        let out = on_leader!(
+            self,
+            req,
+            {
+                self.broker
+                    .node
+                    .transfer_leader(req.node_id)
+                    .await
+                    .map_err(BrokerError::from)?;
+                Ok(pb::MembershipResponse {})
+            },
+            transfer_leader
+        )?;
+        Ok(Response::new(out))
+    }
+}

@@ -1,0 +1,240 @@
+//! The broker's configuration: a typed TOML file with defaults, checked by
+//! [`BrokerConfig::validate`]. Unknown keys are rejected with their name.
+//!
+//! ```toml
+//! group = "g1"
+//! node_id = 1
+//! data_dir = "data/n1"
+//! client_listen = "127.0.0.1:8081"
+//! raft_listen = "127.0.0.1:9081"
+//! bootstrap = true            # only on one node of a new group
+//!
+//! [peers.1]
+//! raft_addr = "127.0.0.1:9081"
+//! client_addr = "127.0.0.1:8081"
+//! # [peers.2], [peers.3] ...
+//!
+//! [store]
+//! flush_mode = "async"        # or "sync"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use raftmq_raft::{NodeAddr, NodeConfig};
+use raftmq_store::StoreConfig;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// Name of the broker group (one Raft group).
+    pub group: String,
+    pub node_id: u64,
+    pub data_dir: PathBuf,
+    /// Where the client services (raftmq's broker service, later the
+    /// RocketMQ protocol) listen.
+    pub client_listen: String,
+    /// Where the Raft transport listens.
+    pub raft_listen: String,
+    /// Addresses other nodes and clients use for this node (default: the
+    /// listen addresses).
+    #[serde(default)]
+    pub advertise_client_addr: Option<String>,
+    #[serde(default)]
+    pub advertise_raft_addr: Option<String>,
+    /// The group's initial members, this node included.
+    #[serde(default)]
+    pub peers: BTreeMap<u64, PeerConfig>,
+    /// Initialize the group if it never was. Exactly one node of a new group.
+    #[serde(default)]
+    pub bootstrap: bool,
+    #[serde(default = "defaults::election_min")]
+    pub election_timeout_min_ms: u64,
+    #[serde(default = "defaults::election_max")]
+    pub election_timeout_max_ms: u64,
+    #[serde(default = "defaults::heartbeat")]
+    pub heartbeat_interval_ms: u64,
+    /// Build a Raft snapshot (metadata only) every this many entries.
+    #[serde(default = "defaults::snapshot_every")]
+    pub snapshot_every: u64,
+    /// Leadership returns to this node whenever it is caught up.
+    #[serde(default)]
+    pub preferred_leader: Option<u64>,
+    /// Largest message body accepted.
+    #[serde(default = "defaults::max_body")]
+    pub max_body_bytes: usize,
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    pub raft_addr: String,
+    pub client_addr: String,
+}
+
+mod defaults {
+    pub fn election_min() -> u64 {
+        150
+    }
+    pub fn election_max() -> u64 {
+        300
+    }
+    pub fn heartbeat() -> u64 {
+        50
+    }
+    pub fn snapshot_every() -> u64 {
+        10_000
+    }
+    pub fn max_body() -> usize {
+        4 << 20
+    }
+}
+
+/// Why a config is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl BrokerConfig {
+    pub fn load(path: &Path) -> Result<BrokerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let cfg: BrokerConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.group.is_empty() {
+            return bad("group must not be empty".into());
+        }
+        for (what, addr) in [
+            ("client_listen", &self.client_listen),
+            ("raft_listen", &self.raft_listen),
+        ] {
+            if addr.parse::<std::net::SocketAddr>().is_err() {
+                return bad(format!("{what} {addr:?} is not an ip:port address"));
+            }
+        }
+        if self.election_timeout_min_ms >= self.election_timeout_max_ms {
+            return bad("election_timeout_min_ms must be below election_timeout_max_ms".into());
+        }
+        if self.heartbeat_interval_ms >= self.election_timeout_min_ms {
+            return bad("heartbeat_interval_ms must be below election_timeout_min_ms".into());
+        }
+        if self.bootstrap && !self.peers.is_empty() && !self.peers.contains_key(&self.node_id) {
+            return bad(format!("the bootstrap node {} must be one of [peers]", self.node_id));
+        }
+        if self.max_body_bytes == 0 || self.max_body_bytes as u64 + 4096 > self.store.max_record_size {
+            return bad(format!(
+                "max_body_bytes {} must be positive and fit, with headers, in store.max_record_size {}",
+                self.max_body_bytes, self.store.max_record_size
+            ));
+        }
+        self.store
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("[store]: {e}")))
+    }
+
+    pub fn client_addr(&self) -> String {
+        self.advertise_client_addr
+            .clone()
+            .unwrap_or_else(|| self.client_listen.clone())
+    }
+
+    pub fn raft_addr(&self) -> String {
+        self.advertise_raft_addr
+            .clone()
+            .unwrap_or_else(|| self.raft_listen.clone())
+    }
+
+    /// The Raft node's configuration.
+    pub fn node_config(&self) -> NodeConfig {
+        let advertise = NodeAddr {
+            raft_addr: self.raft_addr(),
+            client_addr: self.client_addr(),
+        };
+        let mut n = NodeConfig::new(&self.group, self.node_id, self.data_dir.clone(), advertise);
+        n.raft_listen = self.raft_listen.clone();
+        n.initial_members = self
+            .peers
+            .iter()
+            .map(|(&id, p)| {
+                (
+                    id,
+                    NodeAddr {
+                        raft_addr: p.raft_addr.clone(),
+                        client_addr: p.client_addr.clone(),
+                    },
+                )
+            })
+            .collect();
+        n.bootstrap = self.bootstrap;
+        n.election_timeout_min_ms = self.election_timeout_min_ms;
+        n.election_timeout_max_ms = self.election_timeout_max_ms;
+        n.heartbeat_interval_ms = self.heartbeat_interval_ms;
+        n.snapshot_every = self.snapshot_every;
+        n.preferred_leader = self.preferred_leader;
+        n.store = self.store.clone();
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        group = "g"
+        node_id = 1
+        data_dir = "d"
+        client_listen = "127.0.0.1:8081"
+        raft_listen = "127.0.0.1:9081"
+    "#;
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let cfg: BrokerConfig = toml::from_str(MINIMAL).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.election_timeout_min_ms, 150);
+        assert_eq!(cfg.store, StoreConfig::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = toml::from_str::<BrokerConfig>(&format!("{MINIMAL}\nelection_timeout = 5\n")).unwrap_err();
+        assert!(err.to_string().contains("election_timeout"), "{err}");
+        let err = toml::from_str::<BrokerConfig>(&format!("{MINIMAL}\n[store]\nsegmentsize = 5\n")).unwrap_err();
+        assert!(err.to_string().contains("segmentsize"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_explained() {
+        let mut cfg: BrokerConfig = toml::from_str(MINIMAL).unwrap();
+        cfg.heartbeat_interval_ms = 500;
+        assert!(
+            cfg.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("heartbeat_interval_ms")
+        );
+        let mut cfg: BrokerConfig = toml::from_str(MINIMAL).unwrap();
+        cfg.client_listen = "localhost".into();
+        assert!(cfg.validate().unwrap_err().to_string().contains("client_listen"));
+    }
+}

@@ -1,0 +1,65 @@
+//! The broker's error type, and the one place where errors become gRPC
+//! status codes.
+
+use raftmq_raft::RaftError;
+use tonic::{Code, Status};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BrokerError {
+    #[error("topic {0} does not exist")]
+    TopicNotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    /// No leader, or it could not be reached: retry.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The write may or may not have happened.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
+    #[error("disk full: {0}")]
+    DiskFull(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<RaftError> for BrokerError {
+    fn from(e: RaftError) -> Self {
+        match e {
+            RaftError::NotLeader { .. } | RaftError::Unavailable(_) => BrokerError::Unavailable(e.to_string()),
+            RaftError::OutcomeUnknown(m) => BrokerError::OutcomeUnknown(m),
+            RaftError::Invalid(m) => BrokerError::Invalid(m),
+            RaftError::Store(raftmq_store::StoreError::DiskFull { .. }) => BrokerError::DiskFull(e.to_string()),
+            RaftError::Store(raftmq_store::StoreError::BadArgument(m)) => BrokerError::Invalid(m),
+            other => BrokerError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<BrokerError> for Status {
+    fn from(e: BrokerError) -> Status {
+        let code = match &e {
+            BrokerError::TopicNotFound(_) => Code::NotFound,
+            BrokerError::Invalid(_) => Code::InvalidArgument,
+            BrokerError::Unavailable(_) => Code::Unavailable,
+            BrokerError::OutcomeUnknown(_) => Code::Aborted,
+            BrokerError::DiskFull(_) => Code::ResourceExhausted,
+            BrokerError::Internal(_) => Code::Internal,
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+impl From<Status> for BrokerError {
+    /// A forwarded call's failure, mapped back.
+    fn from(s: Status) -> Self {
+        let m = s.message().to_string();
+        match s.code() {
+            Code::NotFound => BrokerError::TopicNotFound(m),
+            Code::InvalidArgument => BrokerError::Invalid(m),
+            Code::Aborted => BrokerError::OutcomeUnknown(m),
+            Code::ResourceExhausted => BrokerError::DiskFull(m),
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => BrokerError::Unavailable(m),
+            _ => BrokerError::Internal(m),
+        }
+    }
+}

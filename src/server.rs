@@ -1,0 +1,75 @@
+//! `raftmq broker`: runs one broker node until Ctrl-C or SIGTERM, then
+//! stops cleanly (the store is flushed and its abort marker removed).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use raftmq_raft::RaftNode;
+
+use crate::broker::Broker;
+use crate::broker_service::BrokerService;
+use crate::config::BrokerConfig;
+
+/// A started node with its client services.
+pub struct RunningBroker {
+    pub broker: Arc<Broker>,
+    pub client_addr: std::net::SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl RunningBroker {
+    /// Starts the Raft node and serves the client services.
+    pub async fn start(cfg: BrokerConfig) -> anyhow::Result<RunningBroker> {
+        let listener = tokio::net::TcpListener::bind(&cfg.client_listen)
+            .await
+            .with_context(|| format!("cannot listen on client_listen {}", cfg.client_listen))?;
+        let client_addr = listener.local_addr()?;
+        let node = RaftNode::start(cfg.node_config()).await?;
+        let broker = Arc::new(Broker::new(node, cfg));
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let service = BrokerService::new(broker.clone());
+        let server = tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "client server failed");
+            }
+        });
+        tracing::info!(node = broker.node.id, client = %client_addr, raft = %broker.node.raft_addr(), "broker started");
+        Ok(RunningBroker {
+            broker,
+            client_addr,
+            stop,
+            server,
+        })
+    }
+
+    /// Stops serving, then stops Raft and closes the store.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        self.broker.node.shutdown().await?;
+        Ok(())
+    }
+}
+
+/// Runs a broker from its config file until a signal arrives.
+pub async fn run(config: &std::path::Path) -> anyhow::Result<()> {
+    let cfg = BrokerConfig::load(config)?;
+    let running = RunningBroker::start(cfg).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("stopping");
+    running.shutdown().await
+}

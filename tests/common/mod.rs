@@ -1,0 +1,190 @@
+//! Real broker processes on 127.0.0.1 for the cluster tests: each node is a
+//! `raftmq broker` process with its own config, so killing one is a crash.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use raftmq::pb;
+use raftmq::pb::broker_client::BrokerClient;
+use tonic::transport::Channel;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Node {
+    pub id: u64,
+    pub client_addr: String,
+    pub raft_addr: String,
+    pub config: PathBuf,
+    pub child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// Writes configs for `n` nodes and starts them.
+    pub fn start(dir: &Path, n: u64, flush_mode: &str) -> Cluster {
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let peers: String = (1..=n)
+            .map(|id| {
+                let (c, r) = ports[(id - 1) as usize];
+                format!("[peers.{id}]\nraft_addr = \"127.0.0.1:{r}\"\nclient_addr = \"127.0.0.1:{c}\"\n")
+            })
+            .collect();
+        let mut nodes = Vec::new();
+        for id in 1..=n {
+            let (c, r) = ports[(id - 1) as usize];
+            let config = dir.join(format!("node{id}.toml"));
+            let text = format!(
+                "group = \"test\"\nnode_id = {id}\ndata_dir = \"{}\"\nclient_listen = \"127.0.0.1:{c}\"\n\
+                 raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\nsnapshot_every = 1000\nmax_body_bytes = 524288\n{peers}\n\
+                 [store]\nflush_mode = \"{flush_mode}\"\nsegment_size = 1048576\nmax_record_size = 1000000\n\
+                 cq_units_per_file = 1000\nindex_slots = 1000\nindex_entries = 10000\n",
+                dir.join(format!("node{id}")).display(),
+                id == 1
+            );
+            std::fs::write(&config, text).unwrap();
+            nodes.push(Node {
+                id,
+                client_addr: format!("127.0.0.1:{c}"),
+                raft_addr: format!("127.0.0.1:{r}"),
+                config,
+                child: None,
+            });
+        }
+        let mut cluster = Cluster {
+            dir: dir.to_path_buf(),
+            nodes,
+        };
+        for id in 1..=n {
+            cluster.spawn(id);
+        }
+        cluster
+    }
+
+    pub fn node(&self, id: u64) -> &Node {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    /// Starts (or restarts) node `id`'s process.
+    pub fn spawn(&mut self, id: u64) {
+        let dir = self.dir.clone();
+        let node = &mut self.nodes[(id - 1) as usize];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("node{id}.log")))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_raftmq"))
+            .args(["broker", "--config"])
+            .arg(&node.config)
+            .env("RUST_LOG", "warn,raftmq=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        node.child = Some(child);
+    }
+
+    /// SIGKILL: a crash, no cleanup.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut c) = self.nodes[(id - 1) as usize].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait: a clean stop.
+    pub fn stop(&mut self, id: u64) -> std::process::ExitStatus {
+        let mut c = self.nodes[(id - 1) as usize].child.take().expect("node running");
+        // SAFETY: plain syscall on a child we own.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        c.wait().unwrap()
+    }
+
+    pub async fn client(&self, id: u64) -> BrokerClient<Channel> {
+        let addr = format!("http://{}", self.node(id).client_addr);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match BrokerClient::connect(addr.clone()).await {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > deadline => panic!("node {id} never listened: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    pub async fn status(&self, id: u64, digest: bool) -> Option<pb::StatusResponse> {
+        let addr = format!("http://{}", self.node(id).client_addr);
+        let mut c = BrokerClient::connect(addr).await.ok()?;
+        c.status(pb::StatusRequest { with_digest: digest })
+            .await
+            .ok()
+            .map(|r| r.into_inner())
+    }
+
+    /// Panics with the node's log if its process has exited.
+    pub fn check_alive(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(c) = n.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    let log = std::fs::read_to_string(self.dir.join(format!("node{}.log", n.id))).unwrap_or_default();
+                    panic!("node {} exited with {status}:\n{log}", n.id);
+                }
+            }
+        }
+    }
+
+    /// Waits until some running node reports itself leader; returns its id.
+    pub async fn leader(&mut self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.check_alive();
+            for n in &self.nodes {
+                if n.child.is_some() {
+                    if let Some(s) = self.status(n.id, false).await {
+                        if s.role == "leader" {
+                            return n.id;
+                        }
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+pub fn message(i: u64) -> pb::Message {
+    pb::Message {
+        message_id: format!("msg-{i}"),
+        tag: "TagA".into(),
+        keys: vec![format!("key-{i}")],
+        body: format!("body-{i}").into_bytes().into(),
+        born_timestamp_ms: i,
+        ..Default::default()
+    }
+}
