@@ -20,6 +20,9 @@ use crate::service::RaftService;
 use crate::state_machine::StateMachine;
 use crate::types::{LogId, NodeAddr, NodeId, Raft};
 
+/// How long a write waits for leadership to settle after an election.
+pub const SETTLE_WAIT: Duration = Duration::from_secs(2);
+
 /// How a node runs. The broker fills it from its TOML config.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -191,10 +194,35 @@ impl RaftNode {
 
     /// Proposes a command on this node (it must be the leader) and waits
     /// until it is committed and applied here.
+    ///
+    /// Right after an election openraft may refuse writes with "no leader"
+    /// for a moment (the new leader's term is not established yet); such a
+    /// refusal means the entry was never appended, so it is retried here
+    /// for up to [`SETTLE_WAIT`] instead of failing the caller.
     pub async fn write(&self, cmd: Command) -> Result<(LogId, Response), RaftError> {
-        match self.raft.client_write(cmd).await {
-            Ok(r) => Ok((r.log_id, r.data)),
-            Err(e) => Err(map_write_error(e)),
+        self.settled(|| self.raft.client_write(cmd.clone()))
+            .await
+            .map(|r| (r.log_id, r.data))
+    }
+
+    /// Runs a leader-only openraft call, retrying while leadership is
+    /// settling (see [`RaftNode::write`]).
+    async fn settled<T, F, Fut>(&self, call: F) -> Result<T, RaftError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, WriteError>>,
+    {
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        loop {
+            match call().await.map_err(map_write_error) {
+                Err(RaftError::NotLeader { leader_id, .. })
+                    if (leader_id.is_none() || leader_id == Some(self.id))
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                other => return other,
+            }
         }
     }
 
@@ -213,24 +241,27 @@ impl RaftNode {
     /// Adds a node: as a learner first (which blocks until it has caught
     /// up), then as a voter.
     pub async fn add_node(&self, id: NodeId, addr: NodeAddr) -> Result<(), RaftError> {
-        self.raft.add_learner(id, addr, true).await.map_err(map_write_error)?;
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-            .await
-            .map_err(map_write_error)?;
+        self.settled(|| self.raft.add_learner(id, addr.clone(), true)).await?;
+        self.settled(|| {
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+        })
+        .await?;
         Ok(())
     }
 
     /// Removes a node from the group entirely.
     pub async fn remove_node(&self, id: NodeId) -> Result<(), RaftError> {
-        self.raft
-            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-            .await
-            .map_err(map_write_error)?;
-        self.raft
-            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
-            .await
-            .map_err(map_write_error)?;
+        self.settled(|| {
+            self.raft
+                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+        })
+        .await?;
+        self.settled(|| {
+            self.raft
+                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+        })
+        .await?;
         Ok(())
     }
 
@@ -297,9 +328,10 @@ impl RaftNode {
     }
 }
 
-fn map_write_error(
-    e: OpenRaftError<crate::types::TypeConfig, ClientWriteError<crate::types::TypeConfig>>,
-) -> RaftError {
+/// openraft's error for leader-only calls.
+type WriteError = OpenRaftError<crate::types::TypeConfig, ClientWriteError<crate::types::TypeConfig>>;
+
+fn map_write_error(e: WriteError) -> RaftError {
     match e {
         OpenRaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RaftError::NotLeader {
             leader_id: f.leader_id,

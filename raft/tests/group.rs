@@ -18,25 +18,72 @@ fn free_port() -> u16 {
         .port()
 }
 
+fn node_config(dir: &std::path::Path, id: u64, addr: &NodeAddr, members: &BTreeMap<u64, NodeAddr>) -> NodeConfig {
+    let mut cfg = NodeConfig::new("g", id, dir.join(format!("n{id}")), addr.clone());
+    cfg.initial_members = members.clone();
+    cfg.bootstrap = id == 1;
+    cfg.store = StoreConfig::small_for_tests();
+    // Tests run in parallel on two cores: keep elections rare.
+    cfg.election_timeout_min_ms = 600;
+    cfg.election_timeout_max_ms = 1200;
+    cfg.heartbeat_interval_ms = 100;
+    cfg
+}
+
+fn new_addr() -> NodeAddr {
+    NodeAddr {
+        raft_addr: format!("127.0.0.1:{}", free_port()),
+        client_addr: format!("127.0.0.1:{}", free_port()),
+    }
+}
+
+async fn put_topic(l: &RaftNode) {
+    l.write(Command::admin(&AdminCommand::PutTopic(TopicConfig {
+        name: "T".into(),
+        read_queues: 2,
+        write_queues: 2,
+        perm: 6,
+    })))
+    .await
+    .unwrap();
+}
+
+/// Sends messages `range` to topic T (queue = i % 2) through `l`.
+async fn send(l: &RaftNode, range: std::ops::Range<u64>) {
+    send_padded(l, range, 0).await
+}
+
+/// As [`send`], with `pad` extra body bytes per message.
+async fn send_padded(l: &RaftNode, range: std::ops::Range<u64>, pad: usize) {
+    for i in range {
+        let mut m = message(i);
+        m.body = Bytes::from([m.body.to_vec(), vec![b'.'; pad]].concat());
+        let batch = SendBatch {
+            topic: "T".into(),
+            queue_id: (i % 2) as u32,
+            messages: vec![m],
+        };
+        let (_, resp) = l.write(Command::send(&[batch], 1000 + i).unwrap()).await.unwrap();
+        assert!(
+            matches!(resp, Response::Sent(ref o) if matches!(o[0], BatchOutcome::Appended { .. })),
+            "{resp:?}"
+        );
+    }
+}
+
+async fn wait_applied(n: &RaftNode, index: u64) {
+    let mut applied = n.sm.applied_watch();
+    tokio::time::timeout(Duration::from_secs(10), applied.wait_for(|&i| i >= index))
+        .await
+        .unwrap_or_else(|_| panic!("node {} never applied {index}", n.id))
+        .unwrap();
+}
+
 async fn start_group(dir: &std::path::Path) -> Vec<Arc<RaftNode>> {
-    let addrs: BTreeMap<u64, NodeAddr> = (1..=3)
-        .map(|id| {
-            (
-                id,
-                NodeAddr {
-                    raft_addr: format!("127.0.0.1:{}", free_port()),
-                    client_addr: format!("127.0.0.1:{}", free_port()),
-                },
-            )
-        })
-        .collect();
+    let addrs: BTreeMap<u64, NodeAddr> = (1..=3).map(|id| (id, new_addr())).collect();
     let mut nodes = Vec::new();
     for (&id, addr) in &addrs {
-        let mut cfg = NodeConfig::new("g", id, dir.join(format!("n{id}")), addr.clone());
-        cfg.initial_members = addrs.clone();
-        cfg.bootstrap = id == 1;
-        cfg.store = StoreConfig::small_for_tests();
-        nodes.push(RaftNode::start(cfg).await.unwrap());
+        nodes.push(RaftNode::start(node_config(dir, id, addr, &addrs)).await.unwrap());
     }
     nodes
 }
@@ -119,6 +166,165 @@ async fn three_nodes_elect_replicate_and_assign_identical_offsets() {
             assert_eq!(view.body, body.as_bytes(), "node {}", n.id);
         }
     }
+    for n in &nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_after_the_log_was_purged_installs_a_snapshot_and_keeps_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = start_group(dir.path()).await;
+    let l = leader(&nodes).await;
+    put_topic(&l).await;
+    // Enough entries to fill several 64 KiB segments.
+    send_padded(&l, 0..400, 1000).await;
+    let last = l.sm.last_applied().unwrap().index;
+    for n in &nodes {
+        wait_applied(n, last).await;
+        n.raft.trigger().snapshot().await.unwrap();
+        n.raft
+            .wait(Some(Duration::from_secs(10)))
+            .metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot")
+            .await
+            .unwrap();
+        n.raft.trigger().purge_log(last).await.unwrap();
+        n.raft
+            .wait(Some(Duration::from_secs(10)))
+            .metrics(|m| m.purged.is_some_and(|p| p.index >= last), "purge")
+            .await
+            .unwrap();
+    }
+    assert!(l.store.commitlog().min_offset() > 0, "purging deleted whole segments");
+
+    // Node 4 starts empty; the leader can only send it the snapshot.
+    let addr4 = new_addr();
+    let mut cfg = node_config(dir.path(), 4, &addr4, &BTreeMap::new());
+    cfg.bootstrap = false;
+    let n4 = RaftNode::start(cfg).await.unwrap();
+    l.add_node(4, addr4).await.unwrap();
+    assert!(n4.log.bounds().0 > last, "node 4 holds no purged entry");
+
+    send(&l, 400..420).await;
+    let last = l.sm.last_applied().unwrap().index;
+    wait_applied(&n4, last).await;
+    // New entries sit at the same physical offsets, and new messages at the
+    // same queue offsets, on node 4 as on the leader.
+    for i in n4.log.bounds().0..=last {
+        assert_eq!(
+            n4.log.locate(i).unwrap().phys,
+            l.log.locate(i).unwrap().phys,
+            "entry {i}"
+        );
+    }
+    for q in 0..2u32 {
+        let (lq, q4) = (l.store.queue("T", q).unwrap(), n4.store.queue("T", q).unwrap());
+        assert_eq!(q4.max_offset(), lq.max_offset());
+        for o in q4.min_offset()..q4.max_offset() {
+            let (_, a) = l.store.message("T", q, o).unwrap();
+            let (_, b) = n4.store.message("T", q, o).unwrap();
+            assert_eq!(&a[..], &b[..]);
+        }
+        assert_eq!(
+            q4.min_offset(),
+            200,
+            "node 4's queues start where the snapshot left them"
+        );
+    }
+    assert!(n4.sm.topic("T").is_some(), "metadata came with the snapshot");
+    n4.shutdown().await.unwrap();
+    for n in &nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_moves_on_request_and_remove_node_shrinks_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = start_group(dir.path()).await;
+    let l = leader(&nodes).await;
+    put_topic(&l).await;
+    let target = nodes.iter().find(|n| n.id != l.id).unwrap().clone();
+    l.transfer_leader(target.id).await.unwrap();
+    target
+        .raft
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.current_leader == Some(target.id), "transfer")
+        .await
+        .unwrap();
+    let new = target;
+    assert!(new.is_leader());
+
+    // Remove the old leader: two voters remain and writes go on.
+    new.remove_node(l.id).await.unwrap();
+    let voters: Vec<u64> = new.raft.voter_ids().collect();
+    assert_eq!(voters.len(), 2);
+    assert!(!voters.contains(&l.id));
+    send(&new, 0..10).await;
+    for n in &nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_raft_rpcs_are_rejected_not_fatal() {
+    use raftmq_raft::pb;
+    use raftmq_raft::pb::raft_client::RaftClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = start_group(dir.path()).await;
+    let l = leader(&nodes).await;
+    let mut c = RaftClient::connect(format!("http://{}", l.raft_addr())).await.unwrap();
+
+    let e = c.vote(pb::VoteRequest::default()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+
+    // An append without a vote, then one with an entry of an unknown kind.
+    let vote = Some(pb::Vote {
+        term: 1,
+        voted_for: 1,
+        committed: true,
+    });
+    for req in [
+        pb::AppendRequest::default(),
+        pb::AppendRequest {
+            vote,
+            entries: vec![pb::Entry {
+                term: 1,
+                index: 1,
+                kind: 99,
+                payload: Default::default(),
+            }],
+            ..Default::default()
+        },
+    ] {
+        let mut answers = c.append(futures::stream::iter([req])).await.unwrap().into_inner();
+        let e = answers.message().await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    }
+
+    // Snapshots: data before the header, a huge announced size, a forged meta.
+    use pb::snapshot_chunk::Chunk;
+    let chunk = |c: Chunk| pb::SnapshotChunk { chunk: Some(c) };
+    for chunks in [
+        vec![chunk(Chunk::Data(bytes::Bytes::from_static(b"x")))],
+        vec![chunk(Chunk::Header(pb::SnapshotHeader {
+            vote,
+            meta_json: b"{}".to_vec(),
+            total_len: u64::MAX,
+        }))],
+        vec![chunk(Chunk::Header(pb::SnapshotHeader {
+            vote,
+            meta_json: b"not json".to_vec(),
+            total_len: 1,
+        }))],
+    ] {
+        let e = c.install_snapshot(futures::stream::iter(chunks)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    }
+
+    // The group is unharmed.
+    put_topic(&*leader(&nodes).await).await;
     for n in &nodes {
         n.shutdown().await.unwrap();
     }
