@@ -7,6 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile([proto], ["proto"])?;
     tonic_prost_build::configure()
         .bytes(".raftmq.v1.Message.body")
+        .bytes(".raftmq.v1.PingRequest.payload")
+        .bytes(".raftmq.v1.PingResponse.payload")
         .compile_fds(fds)?;
     Ok(())
 }

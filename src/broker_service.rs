@@ -141,6 +141,12 @@ impl broker_server::Broker for BrokerService {
         Ok(Response::new(out))
     }
 
+    async fn ping(&self, request: Request<pb::PingRequest>) -> Result<Response<pb::PingResponse>, Status> {
+        Ok(Response::new(pb::PingResponse {
+            payload: request.into_inner().payload,
+        }))
+    }
+
     async fn transfer_leader(
         &self,
         request: Request<pb::TransferLeaderToRequest>,

@@ -129,7 +129,13 @@ impl RaftNode {
         let (stop, mut stopped) = watch::channel(false);
         let service = RaftService::new(raft.clone()).into_server();
         let server = tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            // The server's own tcp_nodelay does not reach sockets of a custom
+            // incoming stream; without it Nagle and delayed ACKs stall small
+            // messages for 40 ms.
+            let incoming =
+                tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
+                    s.and_then(|s| s.set_nodelay(true).map(|()| s))
+                });
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;
             };

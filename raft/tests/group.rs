@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use openraft::async_runtime::WatchReceiver;
 use raftmq_raft::command::{AdminCommand, BatchOutcome, Command, Response, SendBatch, TopicConfig};
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{Message, NodeAddr, NodeConfig, RaftNode};
@@ -203,7 +204,13 @@ async fn a_node_added_after_the_log_was_purged_installs_a_snapshot_and_keeps_up(
     cfg.bootstrap = false;
     let n4 = RaftNode::start(cfg).await.unwrap();
     l.add_node(4, addr4).await.unwrap();
-    assert!(n4.log.bounds().0 > last, "node 4 holds no purged entry");
+    wait_applied(&n4, last).await;
+    assert!(
+        n4.log.bounds().0 > last,
+        "node 4 holds no purged entry: bounds {:?}, last {last}, purged {:?}",
+        n4.log.bounds(),
+        n4.raft.metrics().borrow_watched().purged
+    );
 
     send(&l, 400..420).await;
     let last = l.sm.last_applied().unwrap().index;

@@ -1,0 +1,246 @@
+//! Throughput and latency of a three-node group, in one process over
+//! loopback gRPC: `cargo bench -p raftmq --bench cluster`.
+//!
+//! For 1 KiB messages with 1, 16 and 64 concurrent senders, in async and in
+//! sync flush mode, it prints messages/s and p50/p99 latency of `Send`
+//! through the leader, and, in the same run, the rate of a no-op unary call
+//! (`Ping` with the same payload) at the same concurrency: the transport's
+//! ceiling, with the ratio.
+//!
+//! Environment: `RAFTMQ_BENCH_SECS` (per case, default 3), `RAFTMQ_BENCH_DIR`.
+
+use std::time::{Duration, Instant};
+
+use raftmq::config::{BrokerConfig, PeerConfig};
+use raftmq::pb;
+use raftmq::pb::broker_client::BrokerClient;
+use raftmq::server::RunningBroker;
+use raftmq_store::{FlushMode, StoreConfig};
+
+const PAYLOAD: usize = 1024;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBroker> {
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let peers: std::collections::BTreeMap<u64, PeerConfig> = (1..=3u64)
+        .map(|id| {
+            let (c, r) = ports[id as usize - 1];
+            (
+                id,
+                PeerConfig {
+                    raft_addr: format!("127.0.0.1:{r}"),
+                    client_addr: format!("127.0.0.1:{c}"),
+                },
+            )
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        let (c, r) = ports[id as usize - 1];
+        let cfg = BrokerConfig {
+            group: "bench".into(),
+            node_id: id,
+            data_dir: dir.join(format!("node{id}")),
+            client_listen: format!("127.0.0.1:{c}"),
+            raft_listen: format!("127.0.0.1:{r}"),
+            advertise_client_addr: None,
+            advertise_raft_addr: None,
+            peers: peers.clone(),
+            bootstrap: id == 1,
+            election_timeout_min_ms: 1000,
+            election_timeout_max_ms: 2000,
+            heartbeat_interval_ms: 100,
+            snapshot_every: 100_000,
+            preferred_leader: Some(1),
+            max_body_bytes: 4 << 20,
+            store: StoreConfig {
+                flush_mode: flush,
+                segment_size: 256 << 20,
+                ..StoreConfig::default()
+            },
+        };
+        nodes.push(RunningBroker::start(cfg).await.unwrap());
+    }
+    nodes
+}
+
+/// A client channel as a real client should open it: without Nagle's
+/// algorithm, which with delayed ACKs stalls small requests for 40 ms.
+async fn connect(addr: &str) -> BrokerClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(addr.to_string())
+        .unwrap()
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .unwrap();
+    BrokerClient::new(channel)
+}
+
+async fn leader_client(nodes: &[RunningBroker]) -> String {
+    for _ in 0..500 {
+        if let Some(n) = nodes.iter().find(|n| n.broker.node.is_leader()) {
+            return format!("http://{}", n.client_addr);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no leader");
+}
+
+struct Result {
+    ok: u64,
+    errors: u64,
+    secs: f64,
+    latencies_us: Vec<u64>,
+}
+
+impl Result {
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.secs
+    }
+    fn pct(&self, p: f64) -> f64 {
+        if self.latencies_us.is_empty() {
+            return 0.0;
+        }
+        let i = ((self.latencies_us.len() - 1) as f64 * p).round() as usize;
+        self.latencies_us[i] as f64 / 1000.0
+    }
+}
+
+/// Runs `concurrency` tasks calling `op` in a loop for `secs`.
+async fn drive<F, Fut>(concurrency: usize, secs: u64, op: F) -> Result
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let start = Instant::now();
+    let stop = start + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut errors, mut lat) = (0u64, 0u64, Vec::new());
+            let mut i = t as u64;
+            while Instant::now() < stop {
+                let s = Instant::now();
+                if op(i).await {
+                    ok += 1;
+                    lat.push(s.elapsed().as_micros() as u64);
+                } else {
+                    errors += 1;
+                }
+                i += concurrency as u64;
+            }
+            (ok, errors, lat)
+        }));
+    }
+    let mut r = Result {
+        ok: 0,
+        errors: 0,
+        secs: 0.0,
+        latencies_us: Vec::new(),
+    };
+    for t in tasks {
+        let (ok, errors, lat) = t.await.unwrap();
+        r.ok += ok;
+        r.errors += errors;
+        r.latencies_us.extend(lat);
+    }
+    r.secs = start.elapsed().as_secs_f64();
+    r.latencies_us.sort_unstable();
+    r
+}
+
+fn main() {
+    let secs: u64 = std::env::var("RAFTMQ_BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let base = std::env::var_os("RAFTMQ_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        println!("raftmq three-node group, in process on loopback; {PAYLOAD}-byte messages, {secs} s per case");
+        println!(
+            "{:<6} {:>5} {:>12} {:>9} {:>9} {:>7} {:>14} {:>8}",
+            "flush", "conc", "msgs/s", "p50 ms", "p99 ms", "errors", "no-op calls/s", "ratio"
+        );
+        for flush in [FlushMode::Async, FlushMode::Sync] {
+            let dir = tempfile::Builder::new()
+                .prefix("raftmq-bench")
+                .tempdir_in(&base)
+                .unwrap();
+            let nodes = start_group(dir.path(), flush).await;
+            let addr = leader_client(&nodes).await;
+            let mut admin = connect(&addr).await;
+            admin
+                .put_topic(pb::PutTopicRequest {
+                    name: "Bench".into(),
+                    read_queues: 8,
+                    write_queues: 8,
+                    perm: 6,
+                })
+                .await
+                .unwrap();
+            let body = bytes::Bytes::from(vec![b'x'; PAYLOAD]);
+            for concurrency in [1usize, 16, 64] {
+                // One channel per 8 tasks, as real clients would share them.
+                let mut clients = Vec::new();
+                for _ in 0..concurrency.div_ceil(8) {
+                    clients.push(connect(&addr).await);
+                }
+                let (c2, b2) = (clients.clone(), body.clone());
+                let sends = drive(concurrency, secs, move |i| {
+                    let mut client = c2[(i as usize) % c2.len()].clone();
+                    let body = b2.clone();
+                    async move {
+                        client
+                            .send(pb::SendRequest {
+                                topic: "Bench".into(),
+                                queue_id: (i % 8) as u32,
+                                messages: vec![pb::Message {
+                                    message_id: format!("m{i}"),
+                                    body,
+                                    ..Default::default()
+                                }],
+                            })
+                            .await
+                            .is_ok()
+                    }
+                })
+                .await;
+                let (c3, b3) = (clients.clone(), body.clone());
+                let pings = drive(concurrency, secs, move |i| {
+                    let mut client = c3[(i as usize) % c3.len()].clone();
+                    let payload = b3.clone();
+                    async move { client.ping(pb::PingRequest { payload }).await.is_ok() }
+                })
+                .await;
+                println!(
+                    "{:<6} {:>5} {:>12.0} {:>9.2} {:>9.2} {:>7} {:>14.0} {:>7.0}%",
+                    format!("{flush:?}").to_lowercase(),
+                    concurrency,
+                    sends.rate(),
+                    sends.pct(0.5),
+                    sends.pct(0.99),
+                    sends.errors,
+                    pings.rate(),
+                    100.0 * sends.rate() / pings.rate()
+                );
+            }
+            for n in nodes {
+                n.shutdown().await.unwrap();
+            }
+        }
+    });
+}
