@@ -35,9 +35,19 @@ pub const SNAPSHOT_CHUNK: usize = 1 << 20;
 #[derive(Clone, Default)]
 pub struct NetworkFactory {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// Addresses to dial for some peers instead of the ones in the
+    /// membership (a peer reachable from here through a NAT or a proxy).
+    dial: Arc<HashMap<NodeId, String>>,
 }
 
 impl NetworkFactory {
+    pub fn with_dial_overrides(dial: HashMap<NodeId, String>) -> NetworkFactory {
+        NetworkFactory {
+            channels: Arc::default(),
+            dial: Arc::new(dial),
+        }
+    }
+
     fn channel(&self, addr: &str) -> Result<Channel, String> {
         let mut channels = self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(c) = channels.get(addr) {
@@ -64,7 +74,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = Connection;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> Connection {
-        let client = self.channel(&node.raft_addr).map(|ch| {
+        let addr = self.dial.get(&target).unwrap_or(&node.raft_addr).clone();
+        let client = self.channel(&addr).map(|ch| {
             RaftClient::new(ch)
                 .max_decoding_message_size(MAX_MESSAGE_SIZE)
                 .max_encoding_message_size(MAX_MESSAGE_SIZE)

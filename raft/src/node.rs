@@ -47,6 +47,9 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// Leadership goes back to this node whenever it is caught up.
     pub preferred_leader: Option<NodeId>,
+    /// Raft addresses to dial for some peers instead of the advertised ones
+    /// (a peer reachable from here only through a NAT or a proxy).
+    pub dial_overrides: std::collections::HashMap<NodeId, String>,
     pub store: StoreConfig,
 }
 
@@ -66,6 +69,7 @@ impl NodeConfig {
             heartbeat_interval_ms: 50,
             snapshot_every: 10_000,
             preferred_leader: None,
+            dial_overrides: Default::default(),
             store: StoreConfig::default(),
         }
     }
@@ -122,9 +126,15 @@ impl RaftNode {
         let log = LogStore::open(store.clone(), &raft_dir)?;
         let sm = StateMachine::open(log.clone(), &raft_dir)?;
         let config = Arc::new(cfg.openraft_config()?);
-        let raft = Raft::new(cfg.node_id, config, NetworkFactory::default(), log.clone(), sm.clone())
-            .await
-            .map_err(|e| RaftError::Fatal(e.to_string()))?;
+        let raft = Raft::new(
+            cfg.node_id,
+            config,
+            NetworkFactory::with_dial_overrides(cfg.dial_overrides.clone()),
+            log.clone(),
+            sm.clone(),
+        )
+        .await
+        .map_err(|e| RaftError::Fatal(e.to_string()))?;
 
         let (stop, mut stopped) = watch::channel(false);
         let service = RaftService::new(raft.clone()).into_server();
