@@ -60,6 +60,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             snapshot_every: 100_000,
             preferred_leader: Some(1),
             max_body_bytes: 4 << 20,
+            retention_check_interval_ms: 10_000,
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

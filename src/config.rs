@@ -64,6 +64,9 @@ pub struct BrokerConfig {
     /// Largest message body accepted.
     #[serde(default = "defaults::max_body")]
     pub max_body_bytes: usize,
+    /// How often retention (store.retention) runs.
+    #[serde(default = "defaults::retention_check")]
+    pub retention_check_interval_ms: u64,
     #[serde(default)]
     pub store: StoreConfig,
 }
@@ -90,6 +93,9 @@ mod defaults {
     }
     pub fn max_body() -> usize {
         4 << 20
+    }
+    pub fn retention_check() -> u64 {
+        10_000
     }
 }
 
@@ -190,6 +196,7 @@ impl BrokerConfig {
         n.heartbeat_interval_ms = self.heartbeat_interval_ms;
         n.snapshot_every = self.snapshot_every;
         n.preferred_leader = self.preferred_leader;
+        n.retention_interval = std::time::Duration::from_millis(self.retention_check_interval_ms.max(100));
         n.store = self.store.clone();
         n
     }

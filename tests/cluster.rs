@@ -230,6 +230,23 @@ async fn bad_requests_get_clear_errors() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    // A frame above the transport's limit is refused by gRPC itself.
+    let huge = pb::SendRequest {
+        topic: "T".into(),
+        queue_id: 0,
+        messages: vec![pb::Message {
+            body: vec![0u8; raftmq::MAX_MESSAGE_SIZE + 1].into(),
+            ..Default::default()
+        }],
+    };
+    let mut big_client = c.client(2).await.max_encoding_message_size(usize::MAX);
+    let e = big_client.send(huge).await.unwrap_err();
+    assert!(
+        matches!(e.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted),
+        "{e}"
+    );
+    // The node is fine afterwards.
+    client.send(send("T", 0, 10)).await.unwrap();
     // A clean stop exits 0.
     for id in 1..=3 {
         assert!(c.stop(id).success());

@@ -50,6 +50,8 @@ pub struct NodeConfig {
     /// Raft addresses to dial for some peers instead of the advertised ones
     /// (a peer reachable from here only through a NAT or a proxy).
     pub dial_overrides: std::collections::HashMap<NodeId, String>,
+    /// How often retention runs (RocketMQ checks every 10 s).
+    pub retention_interval: Duration,
     pub store: StoreConfig,
 }
 
@@ -70,6 +72,7 @@ impl NodeConfig {
             snapshot_every: 10_000,
             preferred_leader: None,
             dial_overrides: Default::default(),
+            retention_interval: Duration::from_secs(10),
             store: StoreConfig::default(),
         }
     }
@@ -175,6 +178,7 @@ impl RaftNode {
         if let Some(preferred) = cfg.preferred_leader {
             node.clone().spawn_preferred_leader(preferred);
         }
+        node.clone().spawn_retention(cfg.retention_interval);
         tracing::info!(node = cfg.node_id, raft = %raft_addr, "raft node started");
         Ok(node)
     }
@@ -323,6 +327,73 @@ impl RaftNode {
                 if voter && caught_up {
                     tracing::info!(to = preferred, "returning leadership to the preferred leader");
                     let _ = self.raft.trigger().transfer_leader(preferred).await;
+                }
+            }
+        });
+    }
+
+    /// Applies the store's retention rules through Raft: segments may only
+    /// go once a snapshot covers every entry in them, and openraft must
+    /// stop reading those entries first, so the deletion runs as a Raft
+    /// log purge (`purge_log`, whose storage side deletes whole segments).
+    /// Also refuses or re-allows appends by disk use. Returns the plan.
+    pub async fn enforce_retention(
+        &self,
+        clock: &dyn raftmq_store::retention::Clock,
+        probe: &dyn raftmq_store::retention::DiskProbe,
+    ) -> Result<raftmq_store::retention::RetentionPlan, RaftError> {
+        let snapshot = self.raft.metrics().borrow_watched().snapshot;
+        let (first, end) = self.log.bounds();
+        // Nothing after the snapshot may go.
+        let limit = match snapshot {
+            None => 0,
+            Some(s) if s.index + 1 < end => self.log.locate(s.index + 1)?.phys,
+            Some(_) => self.store.commitlog().max_offset(),
+        };
+        let plan = self.store.plan_retention(clock, probe, limit)?;
+        if let Some(before) = plan.delete_before {
+            // The last entry whose record ends at or before `before`.
+            let (mut lo, mut hi) = (first, end);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let u = self.log.locate(mid)?;
+                if u.phys + u64::from(u.size) <= before {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            if lo > first {
+                tracing::info!(
+                    upto = lo - 1,
+                    reason = plan.reason.as_str(),
+                    "retention purges the raft log"
+                );
+                self.raft
+                    .trigger()
+                    .purge_log(lo - 1)
+                    .await
+                    .map_err(|e| RaftError::Fatal(e.to_string()))?;
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Runs retention every `every`, with the real clock and disk.
+    fn spawn_retention(self: Arc<Self>, every: Duration) {
+        let mut stopped = self.stop.subscribe();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => return,
+                    _ = tick.tick() => {}
+                }
+                let clock = raftmq_store::retention::SystemClock;
+                let probe = raftmq_store::retention::StatvfsProbe;
+                if let Err(e) = self.enforce_retention(&clock, &probe).await {
+                    tracing::error!(error = %e, "retention failed");
                 }
             }
         });

@@ -336,3 +336,88 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
         n.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_returns_to_the_preferred_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: BTreeMap<u64, NodeAddr> = (1..=3).map(|id| (id, new_addr())).collect();
+    let mut nodes = Vec::new();
+    for (&id, addr) in &addrs {
+        let mut cfg = node_config(dir.path(), id, addr, &addrs);
+        cfg.preferred_leader = Some(3);
+        nodes.push(RaftNode::start(cfg).await.unwrap());
+    }
+    // Node 1 bootstraps and usually wins the first election; leadership
+    // then moves to node 3 once it has caught up.
+    nodes[2]
+        .raft
+        .wait(Some(Duration::from_secs(20)))
+        .metrics(|m| m.current_leader == Some(3), "node 3 leads")
+        .await
+        .unwrap();
+    put_topic(&nodes[2]).await;
+    for n in &nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+struct FakeClock(u64);
+impl raftmq_store::retention::Clock for FakeClock {
+    fn now_ms(&self) -> u64 {
+        self.0
+    }
+    fn local_hour(&self, _: u64) -> u8 {
+        4
+    }
+}
+struct FakeDisk;
+impl raftmq_store::retention::DiskProbe for FakeDisk {
+    fn usage(&self, _: &std::path::Path) -> raftmq_store::Result<raftmq_store::retention::DiskUsage> {
+        Ok(raftmq_store::retention::DiskUsage {
+            total_bytes: 100,
+            used_bytes: 10,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_expired_segments_through_a_raft_purge() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = start_group(dir.path()).await;
+    let l = leader(&nodes).await;
+    put_topic(&l).await;
+    send_padded(&l, 0..300, 1000).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let later = FakeClock(now + 100 * 3600 * 1000);
+
+    // Without a snapshot nothing may go, however old.
+    let plan = l.enforce_retention(&later, &FakeDisk).await.unwrap();
+    assert_eq!(plan.delete_before, None);
+
+    let last = l.sm.last_applied().unwrap().index;
+    l.raft.trigger().snapshot().await.unwrap();
+    l.raft
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot")
+        .await
+        .unwrap();
+    let plan = l.enforce_retention(&later, &FakeDisk).await.unwrap();
+    assert!(plan.delete_before.is_some(), "{plan:?}");
+    l.raft
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.purged.is_some(), "purge")
+        .await
+        .unwrap();
+    let min = l.store.commitlog().min_offset();
+    assert!(min > 0, "whole segments were deleted");
+    let cq = l.store.queue("T", 0).unwrap();
+    assert!(cq.min_offset() > 0, "queues start past the deleted segments");
+    // The group keeps working.
+    send(&l, 300..310).await;
+    for n in &nodes {
+        n.shutdown().await.unwrap();
+    }
+}

@@ -251,6 +251,23 @@ impl Store {
     /// no longer needs the log), the index files wholly below the new
     /// minimum, and refuses or re-allows appends by disk use.
     pub fn enforce_retention(&self, clock: &dyn Clock, probe: &dyn DiskProbe, limit: u64) -> Result<RetentionPlan> {
+        let plan = self.plan_retention(clock, probe, limit)?;
+        if let Some(before) = plan.delete_before {
+            let min = self.purge_before(before)?;
+            tracing::info!(
+                min,
+                segments = plan.segments_to_delete,
+                reason = plan.reason.as_str(),
+                "retention deleted segments"
+            );
+        }
+        Ok(plan)
+    }
+
+    /// The retention decision without the deletion (for callers that must
+    /// delete through another path, like a Raft log purge); appends are
+    /// refused or re-allowed by disk use here already.
+    pub fn plan_retention(&self, clock: &dyn Clock, probe: &dyn DiskProbe, limit: u64) -> Result<RetentionPlan> {
         let inner = &*self.inner;
         let now = clock.now_ms();
         let usage = probe.usage(&inner.root)?;
@@ -272,15 +289,6 @@ impl Store {
             tracing::error!(
                 disk_percent = plan.disk_ratio * 100.0,
                 "disk nearly full: refusing appends"
-            );
-        }
-        if let Some(before) = plan.delete_before {
-            let min = self.purge_before(before)?;
-            tracing::info!(
-                min,
-                segments = plan.segments_to_delete,
-                reason = plan.reason.as_str(),
-                "retention deleted segments"
             );
         }
         Ok(plan)
