@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
     about = "A RocketMQ-style message broker whose broker groups are Raft groups"
 )]
 pub struct Cli {
-    /// Log format on stderr. The filter comes from RUST_LOG (default: info).
+    /// Log format on stderr. The filter comes from RUST_LOG (default: info,openraft=warn).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
     #[command(subcommand)]
@@ -32,6 +32,10 @@ pub enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Talk to a broker group over raftmq's own protocol (status, topics,
+    /// send, read).
+    #[command(subcommand)]
+    Group(crate::group_cli::GroupCommand),
     /// Work with a node's store directory offline.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -58,7 +62,7 @@ pub enum StoreCommand {
 
 pub fn init_tracing(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -74,6 +78,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(crate::server::run(&config)),
+        Command::Group(cmd) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(crate::group_cli::run(cmd)),
         Command::Store(StoreCommand::Verify {
             dir,
             segment_size,

@@ -12,6 +12,7 @@
 //! | [`batcher`]        | group commit: concurrent sends packed into one Raft entry      |
 //! | [`broker_service`] | `raftmq.v1.Broker` over gRPC, forwarding to the leader         |
 //! | [`error`]          | [`error::BrokerError`] and its mapping to gRPC status codes    |
+//! | [`group_cli`]      | `raftmq group status|put-topic|send|read` over raftmq.v1       |
 //! | [`inspect`]        | `raftmq store verify`: open a store offline and summarize it   |
 //! | `pb`               | code generated from `proto/raftmq/v1/broker.proto`             |
 //!
@@ -32,6 +33,7 @@ pub mod broker_service;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod group_cli;
 pub mod inspect;
 pub mod server;
 
