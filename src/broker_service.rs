@@ -25,15 +25,31 @@ impl BrokerService {
     }
 }
 
-/// Runs `local` on the leader, or forwards the request with `remote`.
+/// Whether a forwarded call failed before the request left this node (the
+/// leader could not be reached), so it is safe to send it again.
+fn not_delivered(s: &Status) -> bool {
+    s.code() == tonic::Code::Unavailable && s.message().contains("connect")
+}
+
+/// Runs `local` on the leader, or forwards the request with `remote`. When
+/// the known leader cannot be reached (it died and the group has not
+/// noticed yet), waits for the next one and forwards there, within
+/// [`crate::broker::FORWARD_WAIT`]: the client never has to retry elsewhere.
 macro_rules! on_leader {
     ($self:ident, $req:ident, $local:expr, $remote:ident) => {{
-        match $self.broker.leader_client().await? {
-            None => $local,
-            Some(mut client) => client.$remote($req).await.map(Response::into_inner).map_err(|s| {
-                // A forwarded call's own errors come back as they were.
-                Status::from(BrokerError::from(s))
-            }),
+        let deadline = tokio::time::Instant::now() + crate::broker::FORWARD_WAIT;
+        loop {
+            match $self.broker.leader_client().await? {
+                None => break $local,
+                Some(mut client) => match client.$remote($req.clone()).await {
+                    Ok(r) => break Ok(r.into_inner()),
+                    Err(s) if not_delivered(&s) && tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                    // A forwarded call's own errors come back as they were.
+                    Err(s) => break Err(Status::from(BrokerError::from(s))),
+                },
+            }
         }
     }};
 }
