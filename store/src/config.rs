@@ -125,7 +125,7 @@ impl StoreConfig {
         if self.checkpoint_interval_ms == 0 {
             return bad("checkpoint_interval_ms must be positive".into());
         }
-        if self.cq_units_per_file == 0 || self.cq_units_per_file % crate::packed::UNITS_PER_BLOCK != 0 {
+        if self.cq_units_per_file == 0 || !self.cq_units_per_file.is_multiple_of(crate::packed::UNITS_PER_BLOCK) {
             return bad(format!(
                 "cq_units_per_file {} must be a positive multiple of {}",
                 self.cq_units_per_file,

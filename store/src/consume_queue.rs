@@ -226,14 +226,14 @@ impl ConsumeQueue {
             let Some(end) = first.checked_add(units_per_file) else {
                 return Err(StoreError::corrupt(path, 0, "queue offset overflows u64"));
             };
-            if let Some((next, next_path)) = found.get(i + 1) {
-                if *next != end {
-                    return Err(StoreError::corrupt(
-                        next_path,
-                        0,
-                        format!("file starts at queue offset {next} but the previous file ends at {end}"),
-                    ));
-                }
+            if let Some((next, next_path)) = found.get(i + 1)
+                && *next != end
+            {
+                return Err(StoreError::corrupt(
+                    next_path,
+                    0,
+                    format!("file starts at queue offset {next} but the previous file ends at {end}"),
+                ));
             }
         }
 
@@ -378,14 +378,14 @@ impl ConsumeQueue {
             ));
         }
         let mut w = self.lock_writer();
-        if let Some(prev) = w.last_phys {
-            if unit.phys < prev {
-                return Err(StoreError::BadArgument(format!(
-                    "consume queue {}: physical offset {} is below the previous unit's {prev}",
-                    self.dir.display(),
-                    unit.phys
-                )));
-            }
+        if let Some(prev) = w.last_phys
+            && unit.phys < prev
+        {
+            return Err(StoreError::BadArgument(format!(
+                "consume queue {}: physical offset {} is below the previous unit's {prev}",
+                self.dir.display(),
+                unit.phys
+            )));
         }
         let q = self.max.load(Ordering::Relaxed);
         let (file, idx) = self.file_for_append(q)?;

@@ -258,10 +258,10 @@ impl FlushShared {
             cb(Err(StoreError::Closed));
         }
         let handle = lock(&self.thread).take();
-        if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
+        if let Some(h) = handle
+            && h.thread().id() != std::thread::current().id()
+        {
+            let _ = h.join();
         }
     }
 }
@@ -371,10 +371,10 @@ fn run(weak: Weak<Inner>, shared: Arc<FlushShared>, mode: FlushMode, interval: D
             // checkpoint between our read of `flushed` and the write.
             let _io = inner.flush.io_lock();
             let flushed = inner.flush.flushed();
-            if inner.checkpoint.get().flushed < flushed {
-                if let Err(e) = inner.checkpoint.update(|c| c.flushed = flushed) {
-                    tracing::error!(error = %e, "checkpoint write failed");
-                }
+            if inner.checkpoint.get().flushed < flushed
+                && let Err(e) = inner.checkpoint.update(|c| c.flushed = flushed)
+            {
+                tracing::error!(error = %e, "checkpoint write failed");
             }
             last_checkpoint = Instant::now();
         }

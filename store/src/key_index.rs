@@ -681,12 +681,12 @@ impl KeyIndex {
     /// `phys` must be >= the last put's `phys`.
     pub fn put(&self, key: &[u8], phys: u64, timestamp_ms: u64) -> Result<()> {
         let mut last = lock(&self.writer);
-        if let Some(l) = *last {
-            if phys < l {
-                return Err(StoreError::BadArgument(format!(
-                    "key index put at physical offset {phys} is below the last one, {l}"
-                )));
-            }
+        if let Some(l) = *last
+            && phys < l
+        {
+            return Err(StoreError::BadArgument(format!(
+                "key index put at physical offset {phys} is below the last one, {l}"
+            )));
         }
         let newest = read_lock(&self.files).last().cloned();
         let file = match newest {

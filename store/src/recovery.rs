@@ -88,19 +88,19 @@ pub(crate) fn recover(
 ) -> Result<Recovered> {
     let size = cfg.segment_size;
     let mut segments = open_segments(dir, cfg, map)?;
-    if let (Some(c), Some(first), Some(last)) = (checkpoint, segments.first(), segments.last()) {
-        if c.log_start >= last.end() || c.log_start < first.start {
-            // A reset records its new start before it deletes the old
-            // segments: this one died half-way. Finish it.
-            tracing::warn!(
-                log_start = c.log_start,
-                "finishing an interrupted reset of the commitlog"
-            );
-            for s in segments.drain(..) {
-                fs::remove_file(s.file.path()).at(s.file.path())?;
-            }
-            sync_dir(dir)?;
+    if let (Some(c), Some(first), Some(last)) = (checkpoint, segments.first(), segments.last())
+        && (c.log_start >= last.end() || c.log_start < first.start)
+    {
+        // A reset records its new start before it deletes the old
+        // segments: this one died half-way. Finish it.
+        tracing::warn!(
+            log_start = c.log_start,
+            "finishing an interrupted reset of the commitlog"
+        );
+        for s in segments.drain(..) {
+            fs::remove_file(s.file.path()).at(s.file.path())?;
         }
+        sync_dir(dir)?;
     }
     let (Some(first), Some(last)) = (segments.first(), segments.last()) else {
         let log_start = checkpoint.map(|c| c.log_start).unwrap_or(0);

@@ -381,10 +381,10 @@ fn stop_flusher(inner: &Inner) {
     *lock(&inner.stop.0) = true;
     inner.stop.1.notify_all();
     let handle = lock(&inner.flusher).take();
-    if let Some(h) = handle {
-        if h.thread().id() != std::thread::current().id() {
-            let _ = h.join();
-        }
+    if let Some(h) = handle
+        && h.thread().id() != std::thread::current().id()
+    {
+        let _ = h.join();
     }
 }
 

@@ -90,7 +90,11 @@ fn msgs(batch: u64) -> Vec<Msg> {
             Msg {
                 ts: 1_000_000 + n * 1000,
                 queue: (n % 4) as u32,
-                topic: if n % 5 == 0 { "Orders".into() } else { "Events".into() },
+                topic: if n.is_multiple_of(5) {
+                    "Orders".into()
+                } else {
+                    "Events".into()
+                },
                 key: format!("key-{}", n % 50),
                 body: vec![n as u8; 100 + (n as usize % 200)],
             }

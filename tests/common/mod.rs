@@ -138,11 +138,11 @@ impl Cluster {
     /// Panics with the node's log if its process has exited.
     pub fn check_alive(&mut self) {
         for n in &mut self.nodes {
-            if let Some(c) = n.child.as_mut() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    let log = std::fs::read_to_string(self.dir.join(format!("node{}.log", n.id))).unwrap_or_default();
-                    panic!("node {} exited with {status}:\n{log}", n.id);
-                }
+            if let Some(c) = n.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                let log = std::fs::read_to_string(self.dir.join(format!("node{}.log", n.id))).unwrap_or_default();
+                panic!("node {} exited with {status}:\n{log}", n.id);
             }
         }
     }
@@ -153,12 +153,11 @@ impl Cluster {
         loop {
             self.check_alive();
             for n in &self.nodes {
-                if n.child.is_some() {
-                    if let Some(s) = self.status(n.id, false).await {
-                        if s.role == "leader" {
-                            return n.id;
-                        }
-                    }
+                if n.child.is_some()
+                    && let Some(s) = self.status(n.id, false).await
+                    && s.role == "leader"
+                {
+                    return n.id;
                 }
             }
             assert!(Instant::now() < deadline, "no leader within 30 s");
