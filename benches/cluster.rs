@@ -173,8 +173,8 @@ fn main() {
     rt.block_on(async move {
         println!("raftmq three-node group, in process on loopback; {PAYLOAD}-byte messages, {secs} s per case");
         println!(
-            "{:<6} {:>5} {:>12} {:>9} {:>9} {:>7} {:>14} {:>8}",
-            "flush", "conc", "msgs/s", "p50 ms", "p99 ms", "errors", "no-op calls/s", "ratio"
+            "{:<6} {:>5} {:>12} {:>9} {:>9} {:>7} {:>10} {:>14} {:>8}",
+            "flush", "conc", "msgs/s", "p50 ms", "p99 ms", "errors", "msgs/entry", "no-op calls/s", "ratio"
         );
         for flush in [FlushMode::Async, FlushMode::Sync] {
             let dir = tempfile::Builder::new()
@@ -200,6 +200,8 @@ fn main() {
                 for _ in 0..concurrency.div_ceil(8) {
                     clients.push(connect(&addr).await);
                 }
+                let leader = nodes.iter().find(|n| n.broker.node.is_leader()).expect("leader");
+                let entries_before = leader.broker.node.log.bounds().1;
                 let (c2, b2) = (clients.clone(), body.clone());
                 let sends = drive(concurrency, secs, move |i| {
                     let mut client = c2[(i as usize) % c2.len()].clone();
@@ -220,6 +222,7 @@ fn main() {
                     }
                 })
                 .await;
+                let entries = leader.broker.node.log.bounds().1 - entries_before;
                 let (c3, b3) = (clients.clone(), body.clone());
                 let pings = drive(concurrency, secs, move |i| {
                     let mut client = c3[(i as usize) % c3.len()].clone();
@@ -228,13 +231,14 @@ fn main() {
                 })
                 .await;
                 println!(
-                    "{:<6} {:>5} {:>12.0} {:>9.2} {:>9.2} {:>7} {:>14.0} {:>7.0}%",
+                    "{:<6} {:>5} {:>12.0} {:>9.2} {:>9.2} {:>7} {:>10.1} {:>14.0} {:>7.0}%",
                     format!("{flush:?}").to_lowercase(),
                     concurrency,
                     sends.rate(),
                     sends.pct(0.5),
                     sends.pct(0.99),
                     sends.errors,
+                    sends.ok as f64 / entries.max(1) as f64,
                     pings.rate(),
                     100.0 * sends.rate() / pings.rate()
                 );

@@ -2,10 +2,14 @@
 //! being proposed are packed into one Raft entry (one record, one fsync),
 //! so throughput grows with the number of concurrent producers.
 //!
+//! At most [`MAX_IN_FLIGHT`] proposals are outstanding; while they are,
+//! new sends queue up, and the next proposal takes all of them. Under load
+//! the entry size grows by itself; an idle broker proposes at once.
+//!
 //! ```text
-//!  send ─► channel ─► take one, then everything already queued (bounded)
-//!                         └─► one Command with many batches ─► raft write (spawned,
-//!                              several in flight) ─► each sender gets its batch's outcome
+//!  send ─► channel ─► wait for a free proposal slot, then take everything queued (bounded)
+//!                         └─► one Command with many batches ─► raft write ─► each sender
+//!                             gets its batch's outcome; the slot is freed
 //! ```
 
 use std::sync::Arc;
@@ -21,6 +25,8 @@ use crate::error::BrokerError;
 pub const MAX_BATCHES_PER_ENTRY: usize = 1024;
 /// Most message bytes packed into one entry.
 pub const MAX_BYTES_PER_ENTRY: usize = 4 << 20;
+/// Proposals outstanding at once (pipelining across replication round trips).
+pub const MAX_IN_FLIGHT: usize = 4;
 
 struct Pending {
     batch: SendBatch,
@@ -60,7 +66,12 @@ fn now_ms() -> u64 {
 }
 
 async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
+        // While every slot is taken, later sends queue up behind `first`.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let mut bytes = first.bytes;
         let mut group = vec![first];
         while group.len() < MAX_BATCHES_PER_ENTRY && bytes < MAX_BYTES_PER_ENTRY {
@@ -74,6 +85,7 @@ async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>) {
         }
         let node = node.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let batches: Vec<SendBatch> = group.iter().map(|p| p.batch.clone()).collect();
             let result = match Command::send(&batches, now_ms()) {
                 Err(e) => Err(BrokerError::Invalid(e.to_string())),
