@@ -1,10 +1,12 @@
-//! Compiles raftmq's own broker service, `proto/raftmq/v1/broker.proto`,
-//! with protox (no system `protoc`).
+//! Compiles raftmq's own services (`proto/raftmq/v1/broker.proto`,
+//! `namesrv.proto`) with protox (no system `protoc`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = "proto/raftmq/v1/broker.proto";
-    println!("cargo:rerun-if-changed={proto}");
-    let fds = protox::compile([proto], ["proto"])?;
+    let protos = ["proto/raftmq/v1/broker.proto", "proto/raftmq/v1/namesrv.proto"];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
     tonic_prost_build::configure()
         .bytes(".raftmq.v1.Message.body")
         .bytes(".raftmq.v1.PingRequest.payload")

@@ -32,6 +32,15 @@ pub enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run a NameServer (brokers register with it; clients ask it for routes).
+    Namesrv {
+        /// TOML config (listen, scan_interval_ms, expiry_ms).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on (overrides the config).
+        #[arg(long)]
+        listen: Option<String>,
+    },
     /// Talk to a broker group over raftmq's own protocol (status, topics,
     /// send, read).
     #[command(subcommand)]
@@ -78,6 +87,19 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(crate::server::run(&config)),
+        Command::Namesrv { config, listen } => {
+            let mut cfg = match config {
+                Some(path) => crate::namesrv::NamesrvConfig::load(&path)?,
+                None => crate::namesrv::NamesrvConfig::default(),
+            };
+            if let Some(l) = listen {
+                cfg.listen = l;
+            }
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(crate::namesrv::run(cfg))
+        }
         Command::Group(cmd) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?

@@ -14,6 +14,7 @@
 //! | [`error`]          | [`error::BrokerError`] and its mapping to gRPC status codes    |
 //! | [`group_cli`]      | `raftmq group status|put-topic|send|read` over raftmq.v1       |
 //! | [`inspect`]        | `raftmq store verify`: open a store offline and summarize it   |
+//! | [`namesrv`]        | the NameServer: registry, routes, expiry, `raftmq namesrv`     |
 //! | `pb`               | code generated from `proto/raftmq/v1/broker.proto`             |
 //!
 //! The storage engine is `raftmq-store` (`store/`), the Raft layer
@@ -35,6 +36,7 @@ pub mod config;
 pub mod error;
 pub mod group_cli;
 pub mod inspect;
+pub mod namesrv;
 pub mod server;
 
 pub mod pb {

@@ -1,0 +1,148 @@
+//! `raftmq.v1.NameServer` over gRPC, the expiry scan, and `raftmq namesrv`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tonic::{Request, Response, Status};
+
+use super::config::NamesrvConfig;
+use super::registry::{Registry, validate};
+use crate::pb;
+use crate::pb::name_server_server::{NameServer, NameServerServer};
+
+#[derive(Clone)]
+pub struct NamesrvService {
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl NamesrvService {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[tonic::async_trait]
+impl NameServer for NamesrvService {
+    async fn heartbeat(&self, request: Request<pb::BrokerHeartbeat>) -> Result<Response<pb::HeartbeatReply>, Status> {
+        let hb = request.into_inner();
+        validate(&hb).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (cluster, group, node, role, term) = (
+            hb.cluster.clone(),
+            hb.group.clone(),
+            hb.node_id,
+            hb.role.clone(),
+            hb.term,
+        );
+        if self.registry().heartbeat(hb, Instant::now()) {
+            tracing::info!(%cluster, %group, node, %role, term, "broker state changed");
+        }
+        Ok(Response::new(pb::HeartbeatReply {}))
+    }
+
+    async fn unregister(
+        &self,
+        request: Request<pb::UnregisterRequest>,
+    ) -> Result<Response<pb::UnregisterReply>, Status> {
+        let r = request.into_inner();
+        if self.registry().unregister(&r.cluster, &r.group, r.node_id) {
+            tracing::info!(cluster = %r.cluster, group = %r.group, node = r.node_id, "broker unregistered");
+        }
+        Ok(Response::new(pb::UnregisterReply {}))
+    }
+
+    async fn get_route(&self, request: Request<pb::RouteRequest>) -> Result<Response<pb::RouteResponse>, Status> {
+        let topic = request.into_inner().topic;
+        raftmq_store::queue_table::validate_topic(&topic).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.registry()
+            .route(&topic)
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("no broker group serves topic {topic}")))
+    }
+
+    async fn get_cluster_info(&self, _: Request<pb::ClusterInfoRequest>) -> Result<Response<pb::ClusterInfo>, Status> {
+        Ok(Response::new(self.registry().cluster_info(Instant::now())))
+    }
+
+    async fn list_topics(&self, _: Request<pb::ListTopicsRequest>) -> Result<Response<pb::TopicList>, Status> {
+        Ok(Response::new(pb::TopicList {
+            topics: self.registry().topic_names(),
+        }))
+    }
+}
+
+/// A NameServer serving in the background.
+pub struct RunningNamesrv {
+    pub addr: std::net::SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl RunningNamesrv {
+    pub async fn start(cfg: NamesrvConfig) -> anyhow::Result<RunningNamesrv> {
+        cfg.validate()?;
+        let listener = tokio::net::TcpListener::bind(&cfg.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+        let addr = listener.local_addr()?;
+        let service = NamesrvService {
+            registry: Arc::default(),
+        };
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+
+        // The expiry scan.
+        let scan = service.clone();
+        let mut scan_stopped = stop.subscribe();
+        let (every, expiry) = (
+            Duration::from_millis(cfg.scan_interval_ms),
+            Duration::from_millis(cfg.expiry_ms),
+        );
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = scan_stopped.wait_for(|s| *s) => return,
+                    _ = tick.tick() => {}
+                }
+                for (cluster, group, node) in scan.registry().expire(Instant::now(), expiry) {
+                    tracing::warn!(%cluster, %group, node, "broker silent too long; dropped");
+                }
+            }
+        });
+
+        let server = tokio::spawn(async move {
+            let incoming =
+                tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
+                    s.and_then(|s| s.set_nodelay(true).map(|()| s))
+                });
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = tonic::transport::Server::builder()
+                .add_service(NameServerServer::new(service))
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "nameserver failed");
+            }
+        });
+        tracing::info!(%addr, "nameserver started");
+        Ok(RunningNamesrv { addr, stop, server })
+    }
+
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+    }
+}
+
+/// Runs a NameServer until Ctrl-C or SIGTERM.
+pub async fn run(cfg: NamesrvConfig) -> anyhow::Result<()> {
+    let running = RunningNamesrv::start(cfg).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    running.shutdown().await;
+    Ok(())
+}
