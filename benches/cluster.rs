@@ -61,6 +61,9 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             preferred_leader: Some(1),
             max_body_bytes: 4 << 20,
             retention_check_interval_ms: 10_000,
+            cluster: "bench".into(),
+            namesrv_addrs: vec![],
+            namesrv_heartbeat_interval_ms: 30_000,
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

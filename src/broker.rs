@@ -173,6 +173,15 @@ impl Broker {
         }
     }
 
+    pub async fn delete_topic_local(&self, name: &str) -> Result<(), BrokerError> {
+        if self.node.sm.topic(name).is_none() {
+            return Err(BrokerError::TopicNotFound(name.to_string()));
+        }
+        let cmd = raftmq_raft::Command::admin(&AdminCommand::DeleteTopic { name: name.to_string() });
+        self.node.write(cmd).await?;
+        Ok(())
+    }
+
     pub fn status(&self, with_digest: bool) -> Result<pb::StatusResponse, BrokerError> {
         let m = self.node.raft.metrics().borrow_watched().clone();
         let role = match m.state {

@@ -105,6 +105,23 @@ impl broker_server::Broker for BrokerService {
         Ok(Response::new(out))
     }
 
+    async fn delete_topic(
+        &self,
+        request: Request<pb::DeleteTopicRequest>,
+    ) -> Result<Response<pb::PutTopicResponse>, Status> {
+        let req = request.into_inner();
+        let out = on_leader!(
+            self,
+            req,
+            {
+                self.broker.delete_topic_local(&req.name).await?;
+                Ok(pb::PutTopicResponse {})
+            },
+            delete_topic
+        )?;
+        Ok(Response::new(out))
+    }
+
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let with_digest = request.into_inner().with_digest;
         let broker = self.broker.clone();

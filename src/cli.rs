@@ -41,6 +41,12 @@ pub enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Cluster administration through the NameServers.
+    #[command(subcommand)]
+    Cluster(crate::admin_cli::ClusterCommand),
+    /// Create, update, delete, list topics and show their routes.
+    #[command(subcommand)]
+    Topic(crate::admin_cli::TopicCommand),
     /// Talk to a broker group over raftmq's own protocol (status, topics,
     /// send, read).
     #[command(subcommand)]
@@ -81,6 +87,10 @@ pub fn init_tracing(cli: &Cli) {
     }
 }
 
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Broker { config } => tokio::runtime::Builder::new_multi_thread()
@@ -100,6 +110,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 .build()?
                 .block_on(crate::namesrv::run(cfg))
         }
+        Command::Cluster(cmd) => runtime()?.block_on(crate::admin_cli::run_cluster(cmd)),
+        Command::Topic(cmd) => runtime()?.block_on(crate::admin_cli::run_topic(cmd)),
         Command::Group(cmd) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?

@@ -64,6 +64,16 @@ pub struct BrokerConfig {
     /// Largest message body accepted.
     #[serde(default = "defaults::max_body")]
     pub max_body_bytes: usize,
+    /// The cluster this group belongs to (as RocketMQ's brokerClusterName).
+    #[serde(default = "defaults::cluster")]
+    pub cluster: String,
+    /// NameServers to register with (host:port); none means no registration.
+    #[serde(default)]
+    pub namesrv_addrs: Vec<String>,
+    /// Heartbeat period to every NameServer (RocketMQ: 30 s). A change of
+    /// role, term or topics is sent at once.
+    #[serde(default = "defaults::namesrv_heartbeat")]
+    pub namesrv_heartbeat_interval_ms: u64,
     /// How often retention (store.retention) runs.
     #[serde(default = "defaults::retention_check")]
     pub retention_check_interval_ms: u64,
@@ -96,6 +106,12 @@ mod defaults {
     }
     pub fn retention_check() -> u64 {
         10_000
+    }
+    pub fn cluster() -> String {
+        "DefaultCluster".into()
+    }
+    pub fn namesrv_heartbeat() -> u64 {
+        30_000
     }
 }
 
@@ -145,6 +161,14 @@ impl BrokerConfig {
         }
         if self.bootstrap && !self.peers.is_empty() && !self.peers.contains_key(&self.node_id) {
             return bad(format!("the bootstrap node {} must be one of [peers]", self.node_id));
+        }
+        for a in &self.namesrv_addrs {
+            if a.parse::<std::net::SocketAddr>().is_err() {
+                return bad(format!("namesrv_addrs entry {a:?} is not an ip:port address"));
+            }
+        }
+        if self.namesrv_heartbeat_interval_ms == 0 {
+            return bad("namesrv_heartbeat_interval_ms must be positive".into());
         }
         if self.max_body_bytes == 0 || self.max_body_bytes as u64 + 4096 > self.store.max_record_size {
             return bad(format!(

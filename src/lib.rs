@@ -6,6 +6,7 @@
 //! | module             | what it holds                                                  |
 //! |--------------------|----------------------------------------------------------------|
 //! | [`cli`]            | the `raftmq` command line (clap) and its dispatch             |
+//! | [`admin_cli`]      | `raftmq cluster status`, `raftmq topic ...` via NameServers     |
 //! | [`config`]         | the broker's TOML configuration                               |
 //! | [`server`]         | `raftmq broker`: a node and its client services, signals       |
 //! | [`broker`]         | the broker core: send, read, topics, status, membership        |
@@ -15,6 +16,7 @@
 //! | [`group_cli`]      | `raftmq group status|put-topic|send|read` over raftmq.v1       |
 //! | [`inspect`]        | `raftmq store verify`: open a store offline and summarize it   |
 //! | [`namesrv`]        | the NameServer: registry, routes, expiry, `raftmq namesrv`     |
+//! | [`registration`]   | broker heartbeats to every NameServer, unregister on stop      |
 //! | `pb`               | code generated from `proto/raftmq/v1/broker.proto`             |
 //!
 //! The storage engine is `raftmq-store` (`store/`), the Raft layer
@@ -28,6 +30,7 @@
 //!            Broker.read ◄── this node's ConsumeQueues and CommitLog (applied data only)
 //! ```
 
+pub mod admin_cli;
 pub mod batcher;
 pub mod broker;
 pub mod broker_service;
@@ -37,6 +40,7 @@ pub mod error;
 pub mod group_cli;
 pub mod inspect;
 pub mod namesrv;
+pub mod registration;
 pub mod server;
 
 pub mod pb {

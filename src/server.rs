@@ -16,6 +16,7 @@ pub struct RunningBroker {
     pub client_addr: std::net::SocketAddr,
     stop: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
+    registration: tokio::task::JoinHandle<()>,
 }
 
 impl RunningBroker {
@@ -49,18 +50,22 @@ impl RunningBroker {
                 tracing::error!(error = %e, "client server failed");
             }
         });
+        let registration = tokio::spawn(crate::registration::run(broker.clone(), stop.subscribe()));
         tracing::info!(node = broker.node.id, client = %client_addr, raft = %broker.node.raft_addr(), "broker started");
         Ok(RunningBroker {
             broker,
             client_addr,
             stop,
             server,
+            registration,
         })
     }
 
-    /// Stops serving, then stops Raft and closes the store.
+    /// Unregisters from the NameServers, stops serving, then stops Raft and
+    /// closes the store.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
+        let _ = self.registration.await;
         let _ = self.server.await;
         self.broker.node.shutdown().await?;
         Ok(())

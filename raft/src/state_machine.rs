@@ -166,7 +166,16 @@ impl StateMachine {
             Payload::Normal(cmd) => match cmd.decode() {
                 // Every replica sees the same bytes and refuses them the same way.
                 Err(e) => Response::Rejected(e.to_string()),
-                Ok(Decoded::Admin(a)) => apply_admin(&mut st.metadata, a),
+                Ok(Decoded::Admin(a)) => {
+                    // Queue files go with a deleted topic, once (a restart
+                    // re-applying the entry finds them gone already).
+                    if let AdminCommand::DeleteTopic { name } = &a
+                        && record.is_some_and(|(_, _, redo)| redo)
+                    {
+                        store.queues().delete_topic(name).map_err(io_err)?;
+                    }
+                    apply_admin(&mut st.metadata, a)
+                }
                 Ok(Decoded::Send(batches)) => {
                     let Some((payload_phys, _, redo)) = record else {
                         return Err(located

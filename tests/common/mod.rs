@@ -35,6 +35,11 @@ pub struct Cluster {
 impl Cluster {
     /// Writes configs for `n` nodes and starts them.
     pub fn start(dir: &Path, n: u64, flush_mode: &str) -> Cluster {
+        Cluster::start_with(dir, n, flush_mode, "")
+    }
+
+    /// As [`Cluster::start`], with `extra` top-level config lines.
+    pub fn start_with(dir: &Path, n: u64, flush_mode: &str, extra: &str) -> Cluster {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let peers: String = (1..=n)
             .map(|id| {
@@ -48,7 +53,7 @@ impl Cluster {
             let config = dir.join(format!("node{id}.toml"));
             let text = format!(
                 "group = \"test\"\nnode_id = {id}\ndata_dir = \"{}\"\nclient_listen = \"127.0.0.1:{c}\"\n\
-                 raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\nsnapshot_every = 1000\nmax_body_bytes = 524288\n{peers}\n\
+                 raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\nsnapshot_every = 1000\nmax_body_bytes = 524288\n{extra}\n{peers}\n\
                  [store]\nflush_mode = \"{flush_mode}\"\nsegment_size = 1048576\nmax_record_size = 1000000\n\
                  cq_units_per_file = 1000\nindex_slots = 1000\nindex_entries = 10000\n",
                 dir.join(format!("node{id}")).display(),
@@ -185,5 +190,76 @@ pub fn message(i: u64) -> pb::Message {
         body: format!("body-{i}").into_bytes().into(),
         born_timestamp_ms: i,
         ..Default::default()
+    }
+}
+
+/// A `raftmq namesrv` process.
+pub struct Namesrv {
+    pub addr: String,
+    config: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Namesrv {
+    /// Starts a NameServer with shrunk intervals (100 ms scan, `expiry_ms`).
+    pub fn start(dir: &Path, name: &str, expiry_ms: u64) -> Namesrv {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!("listen = \"{addr}\"\nscan_interval_ms = 100\nexpiry_ms = {expiry_ms}\n"),
+        )
+        .unwrap();
+        let mut n = Namesrv {
+            addr,
+            config,
+            log: dir.join(format!("{name}.log")),
+            child: None,
+        };
+        n.spawn();
+        n
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        self.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_raftmq"))
+                .args(["namesrv", "--config"])
+                .arg(&self.config)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub async fn client(&self) -> raftmq::pb::name_server_client::NameServerClient<Channel> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match raftmq::pb::name_server_client::NameServerClient::connect(format!("http://{}", self.addr)).await {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > deadline => panic!("namesrv never listened: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+impl Drop for Namesrv {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
