@@ -17,6 +17,7 @@
 //! | [`inspect`]        | `raftmq store verify`: open a store offline and summarize it   |
 //! | [`namesrv`]        | the NameServer: registry, routes, expiry, `raftmq namesrv`     |
 //! | [`registration`]   | broker heartbeats to every NameServer, unregister on stop      |
+//! | [`route_cache`]    | routes from NameServers: random start, round-robin, 30 s cache |
 //! | `pb`               | code generated from `proto/raftmq/v1/broker.proto`             |
 //!
 //! The storage engine is `raftmq-store` (`store/`), the Raft layer
@@ -41,6 +42,7 @@ pub mod group_cli;
 pub mod inspect;
 pub mod namesrv;
 pub mod registration;
+pub mod route_cache;
 pub mod server;
 
 pub mod pb {

@@ -2,8 +2,8 @@
 # Stops the nodes started by deploy/local/start.sh (SIGTERM: a clean stop).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-for i in 1 2 3; do
-  f="data/local/node$i.pid"
-  [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null && echo "stopped node $i"
+for n in node1 node2 node3 namesrv; do
+  f="data/local/$n.pid"
+  [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null && echo "stopped $n"
   rm -f "$f"
 done
