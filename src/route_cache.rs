@@ -67,10 +67,9 @@ impl RouteCache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(topic)
+            && at.elapsed() < self.refresh
         {
-            if at.elapsed() < self.refresh {
-                return Ok(r.clone());
-            }
+            return Ok(r.clone());
         }
         self.refresh(topic).await
     }
