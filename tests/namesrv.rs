@@ -50,6 +50,27 @@ async fn route_until(n: &Namesrv, cond: impl Fn(&pb::RouteResponse) -> bool, wit
     }
 }
 
+/// Waits until the NameServer knows 3 nodes, one of them the leader.
+async fn wait_registered(n: &Namesrv) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = n
+            .client()
+            .await
+            .get_cluster_info(pb::ClusterInfoRequest {})
+            .await
+            .map(|r| r.into_inner());
+        if let Ok(info) = info
+            && info.nodes.len() == 3
+            && info.nodes.iter().any(|x| x.role == "leader")
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the group never fully registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn node_count(n: &Namesrv) -> usize {
     n.client()
         .await
@@ -132,11 +153,7 @@ async fn a_clean_stop_unregisters_at_once_and_stale_claims_lose() {
     let mut c = Cluster::start_with(dir.path(), 3, "async", &broker_extra(&[&ns]));
     let leader = c.leader().await;
     create_topic(&c).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node_count(&ns).await != 3 {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_registered(&ns).await;
     let follower = (1..=3).find(|&i| i != leader).unwrap();
     assert!(c.stop(follower).success());
     let stopped = Instant::now();
@@ -214,12 +231,7 @@ async fn the_admin_cli_works_through_the_nameserver() {
         )
     };
     let nsa = ns.addr.as_str();
-    // Wait for registration.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node_count(&ns).await != 3 {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_registered(&ns).await;
     let (ok, out, err) = run(&["cluster", "status", "--namesrv", nsa, "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
