@@ -28,28 +28,9 @@ impl RunningBroker {
         let client_addr = listener.local_addr()?;
         let node = RaftNode::start(cfg.node_config()).await?;
         let broker = Arc::new(Broker::new(node, cfg));
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let service = BrokerService::new(broker.clone());
-        let server = tokio::spawn(async move {
-            // The server's own tcp_nodelay does not reach sockets of a custom
-            // incoming stream; without it Nagle and delayed ACKs stall small
-            // messages for 40 ms.
-            let incoming =
-                tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-                    s.and_then(|s| s.set_nodelay(true).map(|()| s))
-                });
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(e) = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "client server failed");
-            }
-        });
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let router = tonic::transport::Server::builder().add_service(BrokerService::new(broker.clone()));
+        let server = raftmq_raft::serve::spawn(listener, router, stopped, "client");
         let registration = tokio::spawn(crate::registration::run(broker.clone(), stop.subscribe()));
         tracing::info!(node = broker.node.id, client = %client_addr, raft = %broker.node.raft_addr(), "broker started");
         Ok(RunningBroker {

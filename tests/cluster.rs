@@ -257,17 +257,7 @@ async fn the_group_cli_creates_sends_reads_and_reports() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::start(dir.path(), 3, "async");
     c.leader().await;
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_raftmq"))
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = common::raftmq_cli;
     let (n1, n3) = (c.node(1).client_addr.clone(), c.node(3).client_addr.clone());
     let (ok, out, err) = run(&[
         "group",

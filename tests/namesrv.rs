@@ -219,17 +219,7 @@ async fn the_admin_cli_works_through_the_nameserver() {
     let ns = Namesrv::start(dir.path(), "ns", 60_000);
     let mut c = Cluster::start_with(dir.path(), 3, "async", &broker_extra(&[&ns]));
     c.leader().await;
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_raftmq"))
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = common::raftmq_cli;
     let nsa = ns.addr.as_str();
     wait_registered(&ns).await;
     let (ok, out, err) = run(&["cluster", "status", "--namesrv", nsa, "--json"]);

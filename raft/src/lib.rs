@@ -14,6 +14,7 @@
 //! | [`state_machine`] | applies entries: queue offsets, ConsumeQueues, keys, metadata; snapshots |
 //! | [`network`]       | the gRPC client side of the Raft transport                         |
 //! | [`service`]       | the gRPC server side, feeding requests into openraft               |
+//! | [`serve`]         | serving gRPC on a bound listener (TCP_NODELAY, shutdown)           |
 //! | [`node`]          | one node: store, log, state machine, Raft, transport, bootstrap     |
 //! | `wire`            | openraft messages <-> protobuf                                      |
 //! | [`error`]         | [`RaftError`]: retryable (not leader, unavailable) vs final         |
@@ -38,6 +39,7 @@ pub mod message;
 pub mod network;
 pub mod node;
 mod raft_meta;
+pub mod serve;
 pub mod service;
 pub mod state_machine;
 pub mod types;

@@ -139,28 +139,9 @@ impl RaftNode {
         .await
         .map_err(|e| RaftError::Fatal(e.to_string()))?;
 
-        let (stop, mut stopped) = watch::channel(false);
-        let service = RaftService::new(raft.clone()).into_server();
-        let server = tokio::spawn(async move {
-            // The server's own tcp_nodelay does not reach sockets of a custom
-            // incoming stream; without it Nagle and delayed ACKs stall small
-            // messages for 40 ms.
-            let incoming =
-                tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-                    s.and_then(|s| s.set_nodelay(true).map(|()| s))
-                });
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(e) = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "raft transport server failed");
-            }
-        });
+        let (stop, stopped) = watch::channel(false);
+        let router = tonic::transport::Server::builder().add_service(RaftService::new(raft.clone()).into_server());
+        let server = crate::serve::spawn(listener, router, stopped, "raft transport");
 
         let node = Arc::new(RaftNode {
             id: cfg.node_id,

@@ -87,7 +87,7 @@ impl RunningNamesrv {
         let service = NamesrvService {
             registry: Arc::default(),
         };
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
 
         // The expiry scan.
         let scan = service.clone();
@@ -109,22 +109,8 @@ impl RunningNamesrv {
             }
         });
 
-        let server = tokio::spawn(async move {
-            let incoming =
-                tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-                    s.and_then(|s| s.set_nodelay(true).map(|()| s))
-                });
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(e) = tonic::transport::Server::builder()
-                .add_service(NameServerServer::new(service))
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "nameserver failed");
-            }
-        });
+        let router = tonic::transport::Server::builder().add_service(NameServerServer::new(service));
+        let server = raftmq_raft::serve::spawn(listener, router, stopped, "nameserver");
         tracing::info!(%addr, "nameserver started");
         Ok(RunningNamesrv { addr, stop, server })
     }

@@ -263,3 +263,13 @@ impl Drop for Namesrv {
         self.kill();
     }
 }
+
+/// Runs the `raftmq` binary; returns (success, stdout, stderr).
+pub fn raftmq_cli(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_raftmq")).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
