@@ -209,28 +209,31 @@ impl<'a> MessageView<'a> {
             properties,
             body,
         };
-        // Validate the property list once, so iterating it cannot fail.
-        view.try_properties()?;
+        // Validate the property list once (without allocating), so
+        // iterating it later cannot fail.
+        view.walk_properties(|_, _| {})?;
         Ok((view, total))
     }
 
-    fn try_properties(&self) -> Result<Vec<(&'a str, &'a str)>, MalformedMessage> {
+    fn walk_properties(&self, mut f: impl FnMut(&'a str, &'a str)) -> Result<(), MalformedMessage> {
         let mut r = Reader {
             buf: self.properties,
             at: 0,
         };
-        let mut out = Vec::new();
         while r.at < self.properties.len() {
             let k = r.short_str("property name")?;
             let v = r.short_str("property value")?;
-            out.push((k, v));
+            f(k, v);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The user properties, in order.
     pub fn properties(&self) -> Vec<(&'a str, &'a str)> {
-        self.try_properties().unwrap_or_default()
+        let mut out = Vec::new();
+        // Validated by `parse`.
+        let _ = self.walk_properties(|k, v| out.push((k, v)));
+        out
     }
 
     /// The keys, split.

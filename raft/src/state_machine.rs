@@ -316,11 +316,23 @@ fn apply_batch(
     }
     let mut first = None;
     if redo {
+        // Index keys are "topic#key"; one buffer serves every message.
+        let mut buf = String::new();
+        let mut ranges = Vec::new();
         for (at, len, view) in &b.messages {
-            let mut keys: Vec<Vec<u8>> = view.keys().map(|k| format!("{}#{k}", b.topic).into_bytes()).collect();
-            if !view.message_id.is_empty() {
-                keys.push(format!("{}#{}", b.topic, view.message_id).into_bytes());
+            buf.clear();
+            ranges.clear();
+            for k in view
+                .keys()
+                .chain((!view.message_id.is_empty()).then_some(view.message_id))
+            {
+                let start = buf.len();
+                buf.push_str(b.topic);
+                buf.push('#');
+                buf.push_str(k);
+                ranges.push(start..buf.len());
             }
+            let keys = ranges.iter().map(|r| &buf.as_bytes()[r.clone()]).collect();
             let offset = store
                 .dispatch(&Dispatch {
                     topic: b.topic,
@@ -329,7 +341,7 @@ fn apply_batch(
                     size: *len as u32,
                     tag_hash: tag_hash(view.tag),
                     store_timestamp_ms: view.store_timestamp_ms,
-                    keys: keys.iter().map(Vec::as_slice).collect(),
+                    keys,
                 })
                 .map_err(io_err)?;
             first.get_or_insert(offset);
