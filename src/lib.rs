@@ -18,7 +18,8 @@
 //! | [`namesrv`]        | the NameServer: registry, routes, expiry, `raftmq namesrv`     |
 //! | [`registration`]   | broker heartbeats to every NameServer, unregister on stop      |
 //! | [`route_cache`]    | routes from NameServers: random start, round-robin, 30 s cache |
-//! | `pb`               | code generated from `proto/raftmq/v1/broker.proto`             |
+//! | `pb`               | code generated from `proto/raftmq/v1/{broker,namesrv}.proto`   |
+//! | `rocketmq::v2`     | code generated from `proto/apache/rocketmq/v2/` (client protocol) |
 //!
 //! The storage engine is `raftmq-store` (`store/`), the Raft layer
 //! `raftmq-raft` (`raft/`).
@@ -49,6 +50,17 @@ pub mod pb {
     //! Generated from `proto/raftmq/v1/broker.proto`.
     #![allow(clippy::all, missing_docs)]
     tonic::include_proto!("raftmq.v1");
+}
+
+pub mod rocketmq {
+    //! The Apache RocketMQ 5 client protocol, `apache.rocketmq.v2`, generated
+    //! from `proto/apache/rocketmq/v2/` (written for this project to match the
+    //! public rocketmq-apis v2.1.2 on the wire; checked field by field against
+    //! its descriptors). Served by the client-protocol module to come.
+    pub mod v2 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("apache.rocketmq.v2");
+    }
 }
 
 /// Upper bound of one client message, each way.
