@@ -29,6 +29,12 @@ pub const MAX_BYTES_PER_ENTRY: usize = 4 << 20;
 /// proposal in flight beats two or four: per-entry costs dominate, and the
 /// entries grow (24 messages instead of 8 at 64 senders) while one commits.
 pub const MAX_IN_FLIGHT: usize = 1;
+/// How long a proposal may take before its senders are told the outcome is
+/// unknown (a leader cut off from its group would otherwise hold them, and
+/// the proposal slot, forever).
+pub const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Room kept in a record for the command's own framing.
+const FRAMING: usize = 4096;
 
 struct Pending {
     batch: SendBatch,
@@ -42,10 +48,19 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    pub fn start(node: Arc<RaftNode>) -> Batcher {
+    /// `max_record` is the store's largest record: an entry never exceeds it
+    /// (the log would refuse it, and openraft treats a refused append as a
+    /// fatal storage error).
+    pub fn start(node: Arc<RaftNode>, max_record: usize) -> Batcher {
         let (tx, rx) = mpsc::channel(16 * 1024);
-        tokio::spawn(run(node, rx));
+        let max_entry = MAX_BYTES_PER_ENTRY.min(max_record.saturating_sub(FRAMING));
+        tokio::spawn(run(node, rx, max_entry));
         Batcher { tx }
+    }
+
+    /// The most message bytes one send may carry.
+    pub fn max_batch_bytes(max_record: usize) -> usize {
+        max_record.saturating_sub(FRAMING)
     }
 
     /// Proposes a batch and waits for its outcome.
@@ -67,20 +82,33 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>) {
+async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: usize) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+    // A send that did not fit in the previous entry starts the next one.
+    let mut carry: Option<Pending> = None;
+    loop {
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
         // While every slot is taken, later sends queue up behind `first`.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
         let mut bytes = first.bytes;
         let mut group = vec![first];
-        while group.len() < MAX_BATCHES_PER_ENTRY && bytes < MAX_BYTES_PER_ENTRY {
+        while group.len() < MAX_BATCHES_PER_ENTRY {
             match rx.try_recv() {
-                Ok(p) => {
+                Ok(p) if bytes + p.bytes <= max_entry => {
                     bytes += p.bytes;
                     group.push(p);
+                }
+                Ok(p) => {
+                    carry = Some(p);
+                    break;
                 }
                 Err(_) => break,
             }
@@ -91,7 +119,12 @@ async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>) {
             let (batches, replies): (Vec<SendBatch>, Vec<_>) = group.into_iter().map(|p| (p.batch, p.reply)).unzip();
             let result = match Command::send(&batches, now_ms()) {
                 Err(e) => Err(BrokerError::Invalid(e.to_string())),
-                Ok(cmd) => node.write(cmd).await.map_err(BrokerError::from),
+                Ok(cmd) => match tokio::time::timeout(WRITE_TIMEOUT, node.write(cmd)).await {
+                    Ok(r) => r.map_err(BrokerError::from),
+                    Err(_) => Err(BrokerError::OutcomeUnknown(format!(
+                        "not committed within {WRITE_TIMEOUT:?} (is the leader cut off?)"
+                    ))),
+                },
             };
             match result {
                 Ok((_, Response::Sent(outcomes))) if outcomes.len() == replies.len() => {

@@ -33,7 +33,7 @@ pub struct Broker {
 impl Broker {
     pub fn new(node: Arc<RaftNode>, cfg: BrokerConfig) -> Broker {
         Broker {
-            batcher: Batcher::start(node.clone()),
+            batcher: Batcher::start(node.clone(), cfg.store.max_record_size as usize),
             node,
             cfg,
             peers: Mutex::new(HashMap::new()),
@@ -100,6 +100,18 @@ impl Broker {
         }
         if messages.is_empty() {
             return Err(BrokerError::Invalid("a send needs at least one message".into()));
+        }
+        if let Some((used, limit)) = self.node.store.commitlog().disk_full() {
+            return Err(BrokerError::DiskFull(format!(
+                "{used:.1}% of the disk is used; writes are refused above {limit:.1}%"
+            )));
+        }
+        let total: usize = messages.iter().map(Message::encoded_len).sum();
+        let max = Batcher::max_batch_bytes(self.cfg.store.max_record_size as usize);
+        if total > max {
+            return Err(BrokerError::Invalid(format!(
+                "a send of {total} bytes exceeds the largest batch of {max} bytes"
+            )));
         }
         for m in &messages {
             if m.body.len() > self.cfg.max_body_bytes {

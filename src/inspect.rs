@@ -41,6 +41,13 @@ pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> 
             raftmq_store::commitlog::COMMITLOG_DIR
         );
     }
+    if dir.join(raftmq_store::store::ABORT_FILE).exists() {
+        anyhow::bail!(
+            "the last stop of the store in {} was a crash; start its broker to recover it \
+             (verify reads clean stores only, since recovery here could not repair the Raft log index)",
+            dir.display()
+        );
+    }
     let defaults = StoreConfig::default();
     let recorded = raftmq_store::checkpoint::CheckpointFile::load(dir)?
         .1
@@ -49,8 +56,9 @@ pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> 
     let segment_size = segment_size.or(recorded).unwrap_or(defaults.segment_size);
     let cfg = StoreConfig {
         segment_size,
-        max_record_size: defaults
-            .max_record_size
+        // The largest any store may hold, so no valid record is mistaken for
+        // a torn one whatever limit the store was written with.
+        max_record_size: (raftmq_store::record::MAX_RECORD_LEN as u64)
             .min(segment_size.saturating_sub(raftmq_store::record::EOS_LEN as u64)),
         ..defaults
     };

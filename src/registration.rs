@@ -36,9 +36,8 @@ pub fn heartbeat(broker: &Broker) -> Option<pb::BrokerHeartbeat> {
     let topics = broker
         .node
         .sm
-        .metadata()
-        .topics
-        .into_values()
+        .topics()
+        .into_iter()
         .map(|t| pb::TopicData {
             name: t.name,
             read_queues: t.read_queues,

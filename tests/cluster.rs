@@ -164,14 +164,30 @@ async fn killing_the_leader_loses_nothing_and_the_old_leader_catches_up() {
     let mut client = c.client(survivors[0]).await;
     for i in 500..1000u64 {
         let q = (i % 2) as u32;
-        let r = client
-            .send(pb::SendRequest {
-                topic: "T".into(),
-                queue_id: q,
-                messages: vec![message(i)],
-            })
-            .await
-            .unwrap();
+        // Like the official clients, retry a send whose outcome is unknown
+        // (a forward that died with the old leader's connection); a retry
+        // may duplicate the message, never lose it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let r = loop {
+            let r = client
+                .send(pb::SendRequest {
+                    topic: "T".into(),
+                    queue_id: q,
+                    messages: vec![message(i)],
+                })
+                .await;
+            match r {
+                Ok(r) => break r,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    assert!(
+                        matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Aborted),
+                        "{e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("send {i} kept failing: {e}"),
+            }
+        };
         assert!(acked.insert((q, r.into_inner().first_queue_offset), i).is_none());
     }
     assert_ne!(c.leader().await, old);
@@ -229,6 +245,24 @@ async fn bad_requests_get_clear_errors() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    // A send whose messages together exceed the largest record is refused
+    // up front: the log would refuse the entry, and openraft would stop.
+    let three_big = pb::SendRequest {
+        topic: "T".into(),
+        queue_id: 0,
+        messages: (0..3)
+            .map(|_| pb::Message {
+                body: vec![b'y'; 400_000].into(),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    let e = client.send(three_big).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    client
+        .send(send("T", 1, 10))
+        .await
+        .expect("Raft still runs on the leader");
     // A frame above the transport's limit is refused by gRPC itself.
     let huge = pb::SendRequest {
         topic: "T".into(),

@@ -9,7 +9,7 @@ fn raftmq() -> Command {
 }
 
 #[test]
-fn verify_summarizes_a_store_and_recovers_a_crashed_one() {
+fn verify_summarizes_a_clean_store_and_refuses_a_crashed_one() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = StoreConfig::small_for_tests();
     let store = Store::open(dir.path(), &cfg).unwrap();
@@ -29,6 +29,17 @@ fn verify_summarizes_a_store_and_recovers_a_crashed_one() {
     }
     drop(store); // no close: a crash
 
+    // Verify does not recover a crashed store (the broker does, with its
+    // Raft log index); it says so.
+    let out = raftmq()
+        .args(["store", "verify", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("crash"));
+    Store::open(dir.path(), &cfg).unwrap().close().unwrap();
+
     let out = raftmq()
         .args(["store", "verify", "--json", "--dir"])
         .arg(dir.path())
@@ -36,7 +47,7 @@ fn verify_summarizes_a_store_and_recovers_a_crashed_one() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(summary["recovered_from_crash"], true);
+    assert_eq!(summary["recovered_from_crash"], false);
     assert_eq!(summary["records"], 50);
     assert_eq!(summary["first_index"], 1);
     assert_eq!(summary["last_index"], 50);

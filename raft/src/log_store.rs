@@ -8,6 +8,10 @@
 //! term. It is cut back to the log's end and rebuilt from the records at
 //! open, so it can never disagree with the CommitLog for long.
 //!
+//! Purges delete whole segments only below the floor retention sets
+//! ([`LogStore::allow_deletion_below`]): the log is the message store, and
+//! openraft also purges after installing a snapshot.
+//!
 //! ```text
 //!  append(entries) ──► CommitLog.append (one record each) ──► log index units
 //!        │                                                      (index -> offset, len, term)
@@ -58,9 +62,14 @@ struct Inner {
     store: Store,
     index: ConsumeQueue,
     meta: RaftMeta,
-    /// Serializes log mutations (openraft already does; the state machine's
-    /// snapshot install is the other writer).
+    /// Serializes log mutations: openraft's, and the state machine's
+    /// snapshot install, which replaces the log under this lock.
     write: Mutex<()>,
+    /// Physical offset below which a purge may delete whole segments. Set by
+    /// retention only: the log is the message store, so openraft's own purges
+    /// (after a snapshot install, say) must not delete messages that
+    /// retention would keep.
+    delete_floor: std::sync::atomic::AtomicU64,
 }
 
 /// The Raft log of one node. Cloning gives another handle (openraft's log
@@ -96,6 +105,7 @@ impl LogStore {
                 index,
                 meta,
                 write: Mutex::new(()),
+                delete_floor: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         log.reconcile_index()?;
@@ -196,21 +206,60 @@ impl LogStore {
         }
     }
 
-    /// After a snapshot install that replaced the whole log: the log is
-    /// empty and continues after `last`.
-    pub(crate) fn reset_after_snapshot(&self, last: LogId) -> io::Result<()> {
+    /// Replaces the log for a snapshot: the store restarts empty at
+    /// `next_phys` with the given queue positions, and the log continues
+    /// after `last`. Under the write lock, so no append can land in between.
+    /// Safe to repeat (a crash half-way is finished at the next open).
+    pub(crate) fn reset_for_snapshot(
+        &self,
+        last: LogId,
+        next_phys: u64,
+        queues: &[(String, u32, u64)],
+    ) -> io::Result<()> {
         let _w = self
             .inner
             .write
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.inner.store.reset(next_phys, queues).map_err(io_err)?;
         self.inner.meta.save_purged(Some(last))?;
         self.inner.index.reset(last.index + 1).map_err(io_err)
     }
 
-    /// Writes the latest committed log id (at shutdown).
+    /// Lets the next purges delete whole segments below `phys` (retention).
+    pub fn allow_deletion_below(&self, phys: u64) {
+        self.inner
+            .delete_floor
+            .fetch_max(phys, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Writes the latest committed log id and msyncs the log index (at
+    /// shutdown).
     pub fn flush_meta(&self) -> io::Result<()> {
+        self.inner.index.flush().map_err(io_err)?;
         self.inner.meta.flush_committed()
+    }
+
+    /// The last entry whose record lies wholly below the store's dispatch
+    /// mark. It was applied, hence committed.
+    fn dispatched_log_id(&self) -> io::Result<Option<LogId>> {
+        let mark = self.inner.store.dispatched_offset();
+        let (first, end) = self.bounds();
+        let (mut lo, mut hi) = (first, end);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let u = self.locate(mid)?;
+            if u.phys + u64::from(u.size) <= mark {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo == first {
+            return Ok(None);
+        }
+        let u = self.locate(lo - 1)?;
+        Ok(Some(log_id(u.tag_hash, lo - 1)))
     }
 
     fn append_now(&self, entries: Vec<Entry>) -> io::Result<u64> {
@@ -224,7 +273,8 @@ impl LogStore {
             .iter()
             .map(|(meta, payload)| NewRecord { meta: *meta, payload })
             .collect();
-        if let (Some(first), index) = (records.first(), &self.inner.index) {
+        let index = &self.inner.index;
+        if let Some(first) = records.first() {
             let next = index.max_offset();
             if first.meta.index != next && index.min_offset() != index.max_offset() {
                 return Err(invalid(format!(
@@ -232,13 +282,17 @@ impl LogStore {
                     first.meta.index
                 )));
             }
+            if records.windows(2).any(|w| w[1].meta.index != w[0].meta.index + 1) {
+                return Err(invalid("appended entries are not consecutive".into()));
+            }
+            // An empty log (fresh, or right after a snapshot install) starts
+            // wherever its first entry is.
+            if index.max_offset() != first.meta.index {
+                index.reset(first.meta.index).map_err(io_err)?;
+            }
         }
         let appended = self.inner.store.commitlog().append(&records).map_err(io_err)?;
         for ((meta, payload), &phys) in parts.iter().zip(&appended.offsets) {
-            let index = &self.inner.index;
-            if index.max_offset() != meta.index {
-                index.reset(meta.index).map_err(io_err)?;
-            }
             index
                 .append(CqUnit {
                     phys,
@@ -282,7 +336,8 @@ impl LogStore {
         } else {
             self.inner.store.commitlog().max_offset()
         };
-        let min = self.inner.store.purge_before(keep_phys).map_err(io_err)?;
+        let floor = self.inner.delete_floor.load(std::sync::atomic::Ordering::Acquire);
+        let min = self.inner.store.purge_before(keep_phys.min(floor)).map_err(io_err)?;
         if keep >= index.max_offset() {
             index.reset(keep).map_err(io_err)?;
         } else {
@@ -356,7 +411,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        Ok(self.inner.meta.committed())
+        // The saved id may lag; everything below the dispatch mark was
+        // applied, so it is committed too. Reporting it makes a restart
+        // replay up to there (and never truncate below it).
+        Ok(self.inner.meta.committed().max(self.dispatched_log_id()?))
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>

@@ -85,8 +85,8 @@ impl NodeConfig {
             heartbeat_interval: self.heartbeat_interval_ms,
             install_snapshot_timeout: 10_000,
             // Bounded so that one append request stays below the transport's
-            // message limit even with the largest records.
-            max_payload_entries: 64,
+            // message limit even when every entry is as large as allowed.
+            max_payload_entries: (crate::network::MAX_MESSAGE_SIZE as u64 / self.store.max_record_size).clamp(1, 64),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             // The log is the message store: it is purged by retention (which
             // calls `purge_log`), never just because a snapshot exists.
@@ -350,6 +350,9 @@ impl RaftNode {
                     reason = plan.reason.as_str(),
                     "retention purges the raft log"
                 );
+                // Retention decided these segments may go; the purge's
+                // storage side deletes them.
+                self.log.allow_deletion_below(before);
                 self.raft
                     .trigger()
                     .purge_log(lo - 1)

@@ -13,7 +13,7 @@ use crate::{pb, wire};
 
 /// Largest snapshot accepted from a peer. Snapshots hold metadata only
 /// (topics, offsets, queue positions), never messages.
-pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 
 /// Serves `raftmq.v1.Raft` for one node.
 pub struct RaftService {
@@ -108,7 +108,9 @@ impl raft_server::Raft for RaftService {
         if meta.last_log_id.is_some_and(|l| l.leader_id.term > vote.leader_id.term) {
             return Err(bad("snapshot newer than the vote that sends it"));
         }
-        let mut data = Vec::with_capacity(header.total_len as usize);
+        // Grows as data arrives: the announced length is not trusted for an
+        // allocation up front.
+        let mut data = Vec::new();
         while let Some(chunk) = chunks.next().await {
             match chunk?.chunk {
                 Some(Chunk::Data(d)) if (data.len() + d.len()) as u64 <= header.total_len => data.extend_from_slice(&d),

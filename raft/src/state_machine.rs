@@ -79,6 +79,10 @@ struct Inner {
     dir: PathBuf,
     state: RwLock<State>,
     applied: watch::Sender<u64>,
+    /// Held by snapshot builds (capture and write) and installs, which
+    /// openraft may run at the same time: a build must not capture a
+    /// half-installed store, nor overwrite a newer installed snapshot.
+    snapshots: std::sync::Mutex<()>,
 }
 
 /// The state machine of one node. Cloning gives another handle.
@@ -101,6 +105,7 @@ impl StateMachine {
     pub fn open(log: LogStore, raft_dir: &Path) -> io::Result<StateMachine> {
         let mut state = State::default();
         if let Some(content) = read_snapshot(raft_dir)? {
+            finish_interrupted_install(&log, &content)?;
             state.last_applied = content.meta.last_log_id;
             state.membership = content.meta.last_membership;
             state.metadata = content.metadata;
@@ -112,6 +117,7 @@ impl StateMachine {
                 dir: raft_dir.to_path_buf(),
                 state: RwLock::new(state),
                 applied: watch::channel(applied).0,
+                snapshots: std::sync::Mutex::new(()),
             }),
         })
     }
@@ -119,6 +125,16 @@ impl StateMachine {
     /// A copy of the replicated metadata.
     pub fn metadata(&self) -> Metadata {
         read_state(&self.inner.state).metadata.clone()
+    }
+
+    /// The topics only (cheaper than [`StateMachine::metadata`]).
+    pub fn topics(&self) -> Vec<TopicConfig> {
+        read_state(&self.inner.state)
+            .metadata
+            .topics
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub fn topic(&self, name: &str) -> Option<TopicConfig> {
@@ -223,6 +239,11 @@ impl StateMachine {
     }
 
     fn install(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let _snapshots = self
+            .inner
+            .snapshots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let content: SnapshotContent =
             serde_json::from_slice(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let Some(last) = meta.last_log_id else {
@@ -248,9 +269,13 @@ impl StateMachine {
                     self.apply_entry(e)?;
                 }
             }
+            write_snapshot(&self.inner.dir, data)?;
         } else {
-            log.store().reset(content.next_phys, &content.queues).map_err(io_err)?;
-            log.reset_after_snapshot(last)?;
+            // The snapshot file goes first: it is the record that this
+            // reset was decided, and `open` finishes a reset that a crash
+            // interrupted (see `finish_interrupted_install`).
+            write_snapshot(&self.inner.dir, data)?;
+            log.reset_for_snapshot(last, content.next_phys, &content.queues)?;
         }
         {
             let mut st = write_state(&self.inner.state);
@@ -258,11 +283,27 @@ impl StateMachine {
             st.membership = meta.last_membership.clone();
             st.metadata = content.metadata.clone();
         }
-        write_snapshot(&self.inner.dir, data)?;
         self.inner.applied.send_replace(last.index);
         tracing::info!(last = %last, next_phys = content.next_phys, kept_log = local_has_it, "installed snapshot");
         Ok(())
     }
+}
+
+/// A snapshot install by reset writes the snapshot file first, then resets
+/// the store and log. If the log neither holds the snapshot's last entry nor
+/// lists it as purged, a crash came in between: do the reset again (it is
+/// idempotent).
+fn finish_interrupted_install(log: &LogStore, content: &SnapshotContent) -> io::Result<()> {
+    let Some(last) = content.meta.last_log_id else {
+        return Ok(());
+    };
+    let (first, end) = log.bounds();
+    let covered = (first > last.index) || (last.index < end && last.index >= first);
+    if !covered {
+        tracing::warn!(last = %last, "finishing a snapshot install that a crash interrupted");
+        log.reset_for_snapshot(last, content.next_phys, &content.queues)?;
+    }
+    Ok(())
 }
 
 fn apply_admin(md: &mut Metadata, a: AdminCommand) -> Response {
@@ -363,9 +404,12 @@ fn read_snapshot(dir: &Path) -> io::Result<Option<SnapshotContent>> {
     }
 }
 
-/// Replaces the snapshot file atomically.
+/// Replaces the snapshot file atomically (callers hold the snapshot lock;
+/// the temporary name is unique anyway).
 fn write_snapshot(dir: &Path, data: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("{SNAPSHOT_FILE}.{}.{n}.tmp", std::process::id()));
     let mut f = fs::File::create(&tmp)?;
     f.write_all(data)?;
     f.sync_all()?;
@@ -384,8 +428,23 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let sm = self.sm.clone();
         tokio::task::spawn_blocking(move || {
+            let _snapshots = sm
+                .inner
+                .snapshots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let content = sm.snapshot_content()?;
             let data = serde_json::to_vec(&content).map_err(io::Error::other)?;
+            // An install may have replaced the state meanwhile: never put an
+            // older snapshot over a newer one.
+            if let Some(current) = read_snapshot(&sm.inner.dir)?
+                && current.meta.last_log_id > content.meta.last_log_id
+            {
+                return Ok(Snapshot {
+                    meta: current.meta.clone(),
+                    snapshot: serde_json::to_vec(&current).map_err(io::Error::other)?,
+                });
+            }
             write_snapshot(&sm.inner.dir, &data)?;
             tracing::info!(last = ?content.meta.last_log_id, bytes = data.len(), "built snapshot");
             Ok(Snapshot {

@@ -337,6 +337,11 @@ impl CommitLog {
         lock(&self.inner.writer).disk_full = state;
     }
 
+    /// Whether appends are refused for disk use, and at what use and limit.
+    pub fn disk_full(&self) -> Option<(f64, f64)> {
+        lock(&self.inner.writer).disk_full
+    }
+
     /// Appends a batch of records and returns their offsets. The records are
     /// readable when this returns; durability is reported by
     /// [`CommitLog::on_durable`] / [`CommitLog::wait_durable`]. All records of

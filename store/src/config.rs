@@ -17,10 +17,16 @@ pub enum FlushMode {
     /// Durable once copied into the mapped pages (a process crash loses
     /// nothing; a machine crash may lose up to one flush interval). A
     /// background flusher msyncs every `flush_interval_ms`.
+    ///
+    /// For a Raft group this is RocketMQ's ASYNC_FLUSH trade-off: a
+    /// committed write survives process crashes of any number of nodes, but
+    /// a power loss on one node combined with a crash of another within the
+    /// flush interval can lose it. Use `Sync` for Raft's full guarantee.
     #[default]
     Async,
     /// Durable once msynced. Concurrent appenders share one msync (group
-    /// commit).
+    /// commit). With Raft, a committed write survives the loss (power
+    /// included) of any minority of the group.
     Sync,
 }
 
