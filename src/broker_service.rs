@@ -36,30 +36,45 @@ fn not_delivered(s: &Status) -> bool {
 /// noticed yet), waits for the next one and forwards there, within
 /// [`crate::broker::FORWARD_WAIT`]: the client never has to retry elsewhere.
 macro_rules! on_leader {
-    ($self:ident, $req:ident, $local:expr, $remote:ident) => {{
+    ($self:ident, $request:ident, $req:ident, $local:expr, $remote:ident) => {{
+        // A request that was already forwarded once is not forwarded again:
+        // two nodes with stale views of the leader must not bounce it.
+        let forwarded = $request.metadata().contains_key(FORWARDED);
+        let $req = $request.into_inner();
         let deadline = tokio::time::Instant::now() + crate::broker::FORWARD_WAIT;
         loop {
             match $self.broker.leader_client().await? {
                 None => break $local,
-                Some(mut client) => match client.$remote($req.clone()).await {
-                    Ok(r) => break Ok(r.into_inner()),
-                    Err(s) if not_delivered(&s) && tokio::time::Instant::now() < deadline => {
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                Some(_) if forwarded => {
+                    break Err(Status::unavailable("this node is not the leader either; retry"));
+                }
+                Some(mut client) => {
+                    let mut fwd = Request::new($req.clone());
+                    fwd.metadata_mut()
+                        .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+                    match client.$remote(fwd).await {
+                        Ok(r) => break Ok(r.into_inner()),
+                        Err(s) if not_delivered(&s) && tokio::time::Instant::now() < deadline => {
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                        // A forwarded call's own errors come back as they were.
+                        Err(s) => break Err(Status::from(BrokerError::from(s))),
                     }
-                    // A forwarded call's own errors come back as they were.
-                    Err(s) => break Err(Status::from(BrokerError::from(s))),
-                },
+                }
             }
         }
     }};
 }
 
+/// Marks a request a follower forwarded to the leader.
+const FORWARDED: &str = "x-raftmq-forwarded";
+
 #[tonic::async_trait]
 impl broker_server::Broker for BrokerService {
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
-        let req = request.into_inner();
         let out = on_leader!(
             self,
+            request,
             req,
             {
                 let messages = req.messages.into_iter().map(from_pb).collect();
@@ -85,9 +100,9 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn put_topic(&self, request: Request<pb::PutTopicRequest>) -> Result<Response<pb::PutTopicResponse>, Status> {
-        let req = request.into_inner();
         let out = on_leader!(
             self,
+            request,
             req,
             {
                 self.broker
@@ -109,9 +124,9 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::DeleteTopicRequest>,
     ) -> Result<Response<pb::PutTopicResponse>, Status> {
-        let req = request.into_inner();
         let out = on_leader!(
             self,
+            request,
             req,
             {
                 self.broker.delete_topic_local(&req.name).await?;
@@ -132,9 +147,9 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn add_node(&self, request: Request<pb::AddNodeRequest>) -> Result<Response<pb::MembershipResponse>, Status> {
-        let req = request.into_inner();
         let out = on_leader!(
             self,
+            request,
             req,
             {
                 let addr = NodeAddr {
@@ -157,9 +172,9 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        let req = request.into_inner();
         let out = on_leader!(
             self,
+            request,
             req,
             {
                 self.broker
@@ -184,9 +199,9 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::TransferLeaderToRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        let req = request.into_inner();
         let out = on_leader!(
             self,
+            request,
             req,
             {
                 self.broker
