@@ -32,8 +32,10 @@ pub const MAX_MESSAGE_SIZE: usize = 256 << 20;
 pub const SNAPSHOT_CHUNK: usize = 1 << 20;
 
 /// Makes openraft's per-peer clients.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct NetworkFactory {
+    /// The group every call is addressed in (see `raft.proto`).
+    group: Arc<str>,
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     /// Addresses to dial for some peers instead of the ones in the
     /// membership (a peer reachable from here through a NAT or a proxy).
@@ -41,8 +43,9 @@ pub struct NetworkFactory {
 }
 
 impl NetworkFactory {
-    pub fn with_dial_overrides(dial: HashMap<NodeId, String>) -> NetworkFactory {
+    pub fn new(group: &str, dial: HashMap<NodeId, String>) -> NetworkFactory {
         NetworkFactory {
+            group: Arc::from(group),
             channels: Arc::default(),
             dial: Arc::new(dial),
         }
@@ -66,6 +69,7 @@ impl NetworkFactory {
 
 /// openraft's client for one peer.
 pub struct Connection {
+    group: Arc<str>,
     target: NodeId,
     client: Result<RaftClient<Channel>, String>,
 }
@@ -80,7 +84,11 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
                 .max_decoding_message_size(MAX_MESSAGE_SIZE)
                 .max_encoding_message_size(MAX_MESSAGE_SIZE)
         });
-        Connection { target, client }
+        Connection {
+            group: self.group.clone(),
+            target,
+            client,
+        }
     }
 }
 
@@ -100,7 +108,21 @@ fn from_status(target: NodeId, s: tonic::Status) -> RPCError<TypeConfig> {
     }
 }
 
+/// Metadata headers naming the group and node a call is meant for.
+pub const GROUP_HEADER: &str = "x-raftmq-group";
+pub const TARGET_HEADER: &str = "x-raftmq-target";
+
 impl Connection {
+    /// Wraps a message with the addressing headers.
+    fn addressed<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Ok(g) = self.group.parse() {
+            r.metadata_mut().insert(GROUP_HEADER, g);
+        }
+        r.metadata_mut().insert(TARGET_HEADER, self.target.into());
+        r
+    }
+
     fn client(&self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
         self.client.clone().map_err(unreachable)
     }
@@ -121,7 +143,7 @@ impl Connection {
         let requests = input.map(|r| wire::append_to_pb(&r));
         let response = tokio::time::timeout(
             option.soft_ttl().max(Duration::from_millis(200)),
-            client.append(requests),
+            client.append(self.addressed(requests)),
         )
         .await
         .map_err(|_| network(format!("node {target}: opening the append stream timed out")))?
@@ -176,10 +198,13 @@ impl RaftNetworkV2<TypeConfig> for Connection {
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let mut client = self.client()?;
         let target = self.target;
-        let resp = tokio::time::timeout(option.hard_ttl(), client.vote(wire::vote_req_to_pb(&rpc)))
-            .await
-            .map_err(|_| network(format!("node {target}: vote timed out")))?
-            .map_err(|s| from_status(target, s))?;
+        let resp = tokio::time::timeout(
+            option.hard_ttl(),
+            client.vote(self.addressed(wire::vote_req_to_pb(&rpc))),
+        )
+        .await
+        .map_err(|_| network(format!("node {target}: vote timed out")))?
+        .map_err(|s| from_status(target, s))?;
         wire::vote_resp_from_pb(resp.into_inner()).map_err(|e| network(format!("node {target}: {e}")))
     }
 
@@ -209,7 +234,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
             });
             at = end;
         }
-        let send = client.install_snapshot(futures::stream::iter(chunks));
+        let send = client.install_snapshot(self.addressed(futures::stream::iter(chunks)));
         let reply = tokio::select! {
             closed = cancel => return Err(StreamingError::Closed(closed)),
             r = send => r.map_err(|s| from_status(target, s))?,
@@ -225,11 +250,14 @@ impl RaftNetworkV2<TypeConfig> for Connection {
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
         let mut client = self.client()?;
         let target = self.target;
-        let reply = tokio::time::timeout(option.hard_ttl(), client.transfer_leader(wire::transfer_to_pb(&req)))
-            .await
-            .map_err(|_| network(format!("node {target}: transfer-leader timed out")))?
-            .map_err(|s| from_status(target, s))?
-            .into_inner();
+        let reply = tokio::time::timeout(
+            option.hard_ttl(),
+            client.transfer_leader(self.addressed(wire::transfer_to_pb(&req))),
+        )
+        .await
+        .map_err(|_| network(format!("node {target}: transfer-leader timed out")))?
+        .map_err(|s| from_status(target, s))?
+        .into_inner();
         if reply.error.is_empty() {
             Ok(Ok(()))
         } else {

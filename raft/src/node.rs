@@ -132,7 +132,7 @@ impl RaftNode {
         let raft = Raft::new(
             cfg.node_id,
             config,
-            NetworkFactory::with_dial_overrides(cfg.dial_overrides.clone()),
+            NetworkFactory::new(&cfg.group, cfg.dial_overrides.clone()),
             log.clone(),
             sm.clone(),
         )
@@ -140,7 +140,8 @@ impl RaftNode {
         .map_err(|e| RaftError::Fatal(e.to_string()))?;
 
         let (stop, stopped) = watch::channel(false);
-        let router = tonic::transport::Server::builder().add_service(RaftService::new(raft.clone()).into_server());
+        let router = tonic::transport::Server::builder()
+            .add_service(RaftService::new(raft.clone(), &cfg.group, cfg.node_id).into_server());
         let server = crate::serve::spawn(listener, router, stopped, "raft transport");
 
         let node = Arc::new(RaftNode {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::network::{GROUP_HEADER, TARGET_HEADER};
 use crate::pb::raft_server;
 use crate::types::{Raft, Snapshot, SnapshotMeta};
 use crate::{pb, wire};
@@ -18,11 +19,34 @@ pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 /// Serves `raftmq.v1.Raft` for one node.
 pub struct RaftService {
     raft: Raft,
+    group: String,
+    node_id: u64,
 }
 
 impl RaftService {
-    pub fn new(raft: Raft) -> RaftService {
-        RaftService { raft }
+    pub fn new(raft: Raft, group: &str, node_id: u64) -> RaftService {
+        RaftService {
+            raft,
+            group: group.to_string(),
+            node_id,
+        }
+    }
+
+    /// Refuses a call addressed to another group or node.
+    fn check<T>(&self, r: &Request<T>) -> Result<(), Status> {
+        let md = r.metadata();
+        let group = md.get(GROUP_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let target = md
+            .get(TARGET_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if group != self.group || target != Some(self.node_id) {
+            return Err(Status::failed_precondition(format!(
+                "call addressed to group {group:?} node {target:?}, but this is group {:?} node {}",
+                self.group, self.node_id
+            )));
+        }
+        Ok(())
     }
 
     pub fn into_server(self) -> raft_server::RaftServer<RaftService> {
@@ -43,6 +67,7 @@ impl raft_server::Raft for RaftService {
     type AppendStream = AppendStream;
 
     async fn append(&self, request: Request<Streaming<pb::AppendRequest>>) -> Result<Response<AppendStream>, Status> {
+        self.check(&request)?;
         // A malformed request ends the input; its error is sent after the
         // answers to the requests before it.
         let failure: Arc<Mutex<Option<Status>>> = Arc::default();
@@ -72,6 +97,7 @@ impl raft_server::Raft for RaftService {
     }
 
     async fn vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        self.check(&request)?;
         let req = wire::vote_req_from_pb(request.into_inner()).map_err(bad)?;
         let resp = self
             .raft
@@ -85,6 +111,7 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotReply>, Status> {
+        self.check(&request)?;
         use pb::snapshot_chunk::Chunk;
         let mut chunks = request.into_inner();
         let header = match chunks.next().await {
@@ -135,6 +162,7 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderReply>, Status> {
+        self.check(&request)?;
         let req = wire::transfer_from_pb(request.into_inner()).map_err(bad)?;
         let result = self
             .raft

@@ -285,7 +285,27 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
     let l = leader(&nodes).await;
     let mut c = RaftClient::connect(format!("http://{}", l.raft_addr())).await.unwrap();
 
+    // Calls must name this group and node.
+    fn to<T>(group: &str, target: u64, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.metadata_mut().insert("x-raftmq-group", group.parse().unwrap());
+        r.metadata_mut().insert("x-raftmq-target", target.into());
+        r
+    }
     let e = c.vote(pb::VoteRequest::default()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "unaddressed: {e}");
+    let e = c
+        .vote(to("other-group", l.id, pb::VoteRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+    let e = c
+        .vote(to("g", l.id + 100, pb::VoteRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+
+    let e = c.vote(to("g", l.id, pb::VoteRequest::default())).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
 
     // An append without a vote, then one with an entry of an unknown kind.
@@ -307,7 +327,11 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
             ..Default::default()
         },
     ] {
-        let mut answers = c.append(futures::stream::iter([req])).await.unwrap().into_inner();
+        let mut answers = c
+            .append(to("g", l.id, futures::stream::iter([req])))
+            .await
+            .unwrap()
+            .into_inner();
         let e = answers.message().await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
     }
@@ -328,7 +352,10 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
             total_len: 1,
         }))],
     ] {
-        let e = c.install_snapshot(futures::stream::iter(chunks)).await.unwrap_err();
+        let e = c
+            .install_snapshot(to("g", l.id, futures::stream::iter(chunks)))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
     }
 
