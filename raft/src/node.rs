@@ -181,10 +181,12 @@ impl RaftNode {
                 tracing::info!(node = cfg.node_id, "initialized a new raft group");
                 Ok(())
             }
-            Err(OpenRaftError::APIError(e)) => {
+            Err(OpenRaftError::APIError(openraft::errors::InitializeError::NotAllowed(e))) => {
                 tracing::info!(error = %e, "group already initialized");
                 Ok(())
             }
+            // Not in its own initial membership, say: a config mistake.
+            Err(OpenRaftError::APIError(e)) => Err(RaftError::Invalid(format!("cannot initialize the group: {e}"))),
             Err(e) => Err(RaftError::Fatal(e.to_string())),
         }
     }

@@ -246,6 +246,12 @@ impl StateMachine {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let content: SnapshotContent =
             serde_json::from_slice(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if content.meta.last_log_id != meta.last_log_id {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the snapshot's data and its metadata name different log ids",
+            ));
+        }
         let Some(last) = meta.last_log_id else {
             return Ok(());
         };
