@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Subcommand;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::pb;
 use crate::pb::broker_client::BrokerClient;
@@ -76,11 +76,9 @@ pub struct TopicArgs {
 }
 
 fn channel(addr: &str) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))
-        .with_context(|| format!("{addr:?} is not a host:port address"))?
-        .connect_timeout(Duration::from_secs(3))
+    Ok(crate::channel::endpoint(addr, Duration::from_secs(3))
+        .map_err(anyhow::Error::msg)?
         .timeout(Duration::from_secs(10))
-        .tcp_nodelay(true)
         .connect_lazy())
 }
 

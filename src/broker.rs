@@ -12,7 +12,7 @@ use openraft::async_runtime::WatchReceiver;
 use raftmq_raft::command::{AdminCommand, BatchOutcome, Response, SendBatch, TopicConfig};
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{Message, NodeAddr, RaftNode};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::batcher::Batcher;
 use crate::config::BrokerConfig;
@@ -63,10 +63,8 @@ impl Broker {
         let channel = match peers.get(&addr.client_addr) {
             Some(c) => c.clone(),
             None => {
-                let c = Endpoint::from_shared(format!("http://{}", addr.client_addr))
-                    .map_err(|e| BrokerError::Internal(format!("leader address {}: {e}", addr.client_addr)))?
-                    .connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
+                let c = crate::channel::endpoint(&addr.client_addr, Duration::from_millis(500))
+                    .map_err(|e| BrokerError::Internal(format!("leader address: {e}")))?
                     .connect_lazy();
                 peers.insert(addr.client_addr.clone(), c.clone());
                 c

@@ -126,16 +126,22 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// Reads and parses a TOML config file (unknown keys are refused by the
+/// type's `deny_unknown_fields`).
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
 impl BrokerConfig {
     pub fn load(path: &Path) -> Result<BrokerConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let cfg: BrokerConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let cfg: BrokerConfig = read_toml(path)?;
         cfg.validate()?;
         Ok(cfg)
     }

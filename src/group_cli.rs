@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Subcommand;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::pb;
 use crate::pb::broker_client::BrokerClient;
@@ -63,15 +63,8 @@ pub enum GroupCommand {
 }
 
 async fn connect(endpoint: &str) -> anyhow::Result<BrokerClient<Channel>> {
-    let url = if endpoint.contains("://") {
-        endpoint.to_string()
-    } else {
-        format!("http://{endpoint}")
-    };
-    let channel = Endpoint::from_shared(url.clone())
-        .with_context(|| format!("{endpoint:?} is not a valid endpoint (expected host:port)"))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(3))
+    let channel = crate::channel::endpoint(endpoint, Duration::from_secs(3))
+        .map_err(anyhow::Error::msg)?
         .connect()
         .await
         .with_context(|| format!("cannot reach a broker at {endpoint}; is it running?"))?;

@@ -12,6 +12,7 @@
 //! | [`broker`]         | the broker core: send, read, topics, status, membership        |
 //! | [`batcher`]        | group commit: concurrent sends packed into one Raft entry      |
 //! | [`broker_service`] | `raftmq.v1.Broker` over gRPC, forwarding to the leader         |
+//! | [`channel`]        | how raftmq's clients open gRPC channels                        |
 //! | [`error`]          | [`error::BrokerError`] and its mapping to gRPC status codes    |
 //! | [`group_cli`]      | `raftmq group status|put-topic|send|read` over raftmq.v1       |
 //! | [`inspect`]        | `raftmq store verify`: open a store offline and summarize it   |
@@ -36,6 +37,7 @@ pub mod admin_cli;
 pub mod batcher;
 pub mod broker;
 pub mod broker_service;
+pub mod channel;
 pub mod cli;
 pub mod config;
 pub mod error;

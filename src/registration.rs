@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::broker::Broker;
 use crate::pb;
@@ -21,11 +21,8 @@ fn clients(addrs: &[String]) -> Vec<(String, NameServerClient<Channel>)> {
     addrs
         .iter()
         .filter_map(|a| {
-            let ep = Endpoint::from_shared(format!("http://{a}")).ok()?;
-            Some((
-                a.clone(),
-                NameServerClient::new(ep.connect_timeout(CALL_TIMEOUT).tcp_nodelay(true).connect_lazy()),
-            ))
+            let ep = crate::channel::endpoint(a, CALL_TIMEOUT).ok()?;
+            Some((a.clone(), NameServerClient::new(ep.connect_lazy())))
         })
         .collect()
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::pb;
 use crate::pb::name_server_client::NameServerClient;
@@ -35,15 +35,10 @@ impl RouteCache {
         let namesrvs: Vec<_> = addrs
             .iter()
             .filter_map(|a| {
-                let ep = Endpoint::from_shared(format!("http://{a}")).ok()?;
+                let ep = crate::channel::endpoint(a, Duration::from_secs(2)).ok()?;
                 Some((
                     a.clone(),
-                    NameServerClient::new(
-                        ep.connect_timeout(Duration::from_secs(2))
-                            .timeout(Duration::from_secs(3))
-                            .tcp_nodelay(true)
-                            .connect_lazy(),
-                    ),
+                    NameServerClient::new(ep.timeout(Duration::from_secs(3)).connect_lazy()),
                 ))
             })
             .collect();

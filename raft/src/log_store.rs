@@ -167,6 +167,14 @@ impl LogStore {
         Ok(())
     }
 
+    /// The log's write lock (see `Inner::write`).
+    fn write_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner
+            .write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub fn store(&self) -> &Store {
         &self.inner.store
     }
@@ -216,11 +224,7 @@ impl LogStore {
         next_phys: u64,
         queues: &[(String, u32, u64)],
     ) -> io::Result<()> {
-        let _w = self
-            .inner
-            .write
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _w = self.write_lock();
         self.inner.store.reset(next_phys, queues).map_err(io_err)?;
         self.inner.meta.save_purged(Some(last))?;
         self.inner.index.reset(last.index + 1).map_err(io_err)
@@ -240,16 +244,15 @@ impl LogStore {
         self.inner.meta.flush_committed()
     }
 
-    /// The last entry whose record lies wholly below the store's dispatch
-    /// mark. It was applied, hence committed.
-    fn dispatched_log_id(&self) -> io::Result<Option<LogId>> {
-        let mark = self.inner.store.dispatched_offset();
+    /// The last entry whose record ends at or before physical offset
+    /// `phys` (records are in index order, so a binary search).
+    pub fn last_entry_ending_by(&self, phys: u64) -> io::Result<Option<LogId>> {
         let (first, end) = self.bounds();
         let (mut lo, mut hi) = (first, end);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let u = self.locate(mid)?;
-            if u.phys + u64::from(u.size) <= mark {
+            if u.phys + u64::from(u.size) <= phys {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -262,12 +265,14 @@ impl LogStore {
         Ok(Some(log_id(u.tag_hash, lo - 1)))
     }
 
+    /// The last entry whose record lies wholly below the store's dispatch
+    /// mark. It was applied, hence committed.
+    fn dispatched_log_id(&self) -> io::Result<Option<LogId>> {
+        self.last_entry_ending_by(self.inner.store.dispatched_offset())
+    }
+
     fn append_now(&self, entries: Vec<Entry>) -> io::Result<u64> {
-        let _w = self
-            .inner
-            .write
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _w = self.write_lock();
         let parts: Vec<_> = entries.iter().map(entry::to_record).collect();
         let records: Vec<NewRecord<'_>> = parts
             .iter()
@@ -305,11 +310,7 @@ impl LogStore {
     }
 
     fn truncate_now(&self, first: u64) -> io::Result<()> {
-        let _w = self
-            .inner
-            .write
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _w = self.write_lock();
         let index = &self.inner.index;
         let first = first.max(index.min_offset());
         if first >= index.max_offset() {
@@ -321,11 +322,7 @@ impl LogStore {
     }
 
     fn purge_now(&self, upto: LogId) -> io::Result<()> {
-        let _w = self
-            .inner
-            .write
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _w = self.write_lock();
         // Record the purge first: once it is durable the entries are gone
         // for openraft, whatever happens to the files.
         self.inner.meta.save_purged(Some(upto))?;

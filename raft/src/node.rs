@@ -327,7 +327,7 @@ impl RaftNode {
         probe: &dyn raftmq_store::retention::DiskProbe,
     ) -> Result<raftmq_store::retention::RetentionPlan, RaftError> {
         let snapshot = self.raft.metrics().borrow_watched().snapshot;
-        let (first, end) = self.log.bounds();
+        let end = self.log.bounds().1;
         // Nothing after the snapshot may go.
         let limit = match snapshot {
             None => 0,
@@ -335,33 +335,22 @@ impl RaftNode {
             Some(_) => self.store.commitlog().max_offset(),
         };
         let plan = self.store.plan_retention(clock, probe, limit)?;
-        if let Some(before) = plan.delete_before {
-            // The last entry whose record ends at or before `before`.
-            let (mut lo, mut hi) = (first, end);
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                let u = self.log.locate(mid)?;
-                if u.phys + u64::from(u.size) <= before {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
-            }
-            if lo > first {
-                tracing::info!(
-                    upto = lo - 1,
-                    reason = plan.reason.as_str(),
-                    "retention purges the raft log"
-                );
-                // Retention decided these segments may go; the purge's
-                // storage side deletes them.
-                self.log.allow_deletion_below(before);
-                self.raft
-                    .trigger()
-                    .purge_log(lo - 1)
-                    .await
-                    .map_err(|e| RaftError::Fatal(e.to_string()))?;
-            }
+        if let Some(before) = plan.delete_before
+            && let Some(upto) = self.log.last_entry_ending_by(before)?
+        {
+            tracing::info!(
+                upto = upto.index,
+                reason = plan.reason.as_str(),
+                "retention purges the raft log"
+            );
+            // Retention decided these segments may go; the purge's
+            // storage side deletes them.
+            self.log.allow_deletion_below(before);
+            self.raft
+                .trigger()
+                .purge_log(upto.index)
+                .await
+                .map_err(|e| RaftError::Fatal(e.to_string()))?;
         }
         Ok(plan)
     }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, read_toml};
 
 /// RocketMQ's NameServer port.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9876";
@@ -35,14 +35,7 @@ impl Default for NamesrvConfig {
 
 impl NamesrvConfig {
     pub fn load(path: &Path) -> Result<NamesrvConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let cfg: NamesrvConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let cfg: NamesrvConfig = read_toml(path)?;
         cfg.validate()?;
         Ok(cfg)
     }
