@@ -162,7 +162,13 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
             n.cluster,
             n.group,
             n.node_id,
-            n.role,
+            // A dead or cut-off old leader keeps its claim until it expires;
+            // the NameServer routes to the highest-term claim only.
+            if n.role == "leader" && !n.is_group_leader {
+                "stale-ldr".to_string()
+            } else {
+                n.role.clone()
+            },
             n.term,
             n.client_addr,
             n.raft_addr,

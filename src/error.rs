@@ -57,6 +57,9 @@ impl From<Status> for BrokerError {
             Code::NotFound => BrokerError::TopicNotFound(m),
             Code::InvalidArgument => BrokerError::Invalid(m),
             Code::Aborted => BrokerError::OutcomeUnknown(m),
+            // A connection that died mid-call (the leader crashed): the
+            // request may or may not have been applied.
+            Code::Unknown => BrokerError::OutcomeUnknown(format!("the call to the leader failed: {m}")),
             Code::ResourceExhausted => BrokerError::DiskFull(m),
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => BrokerError::Unavailable(m),
             _ => BrokerError::Internal(m),

@@ -138,23 +138,35 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
             for i in 0..count {
                 let text = format!("message {i} ");
                 let body: Vec<u8> = text.bytes().cycle().take(size).collect();
-                let r = client
-                    .send(pb::SendRequest {
-                        topic: topic.clone(),
-                        queue_id: queue,
-                        messages: vec![pb::Message {
-                            message_id: format!("{:016x}-{i}", start.elapsed().as_nanos()),
-                            tag: tag.clone(),
-                            body: body.into(),
-                            born_timestamp_ms: std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map_or(0, |d| d.as_millis() as u64),
-                            ..Default::default()
-                        }],
-                    })
-                    .await
-                    .map_err(status_error)?
-                    .into_inner();
+                let req = pb::SendRequest {
+                    topic: topic.clone(),
+                    queue_id: queue,
+                    messages: vec![pb::Message {
+                        message_id: format!("{:016x}-{i}", start.elapsed().as_nanos()),
+                        tag: tag.clone(),
+                        body: body.into(),
+                        born_timestamp_ms: std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_millis() as u64),
+                        ..Default::default()
+                    }],
+                };
+                // Like RocketMQ's producers: a send that failed for a
+                // passing reason (no leader yet, outcome unknown) is sent
+                // again, so it is delivered at least once.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let r = loop {
+                    match client.send(req.clone()).await {
+                        Ok(r) => break r.into_inner(),
+                        Err(s)
+                            if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Aborted)
+                                && Instant::now() < deadline =>
+                        {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Err(s) => return Err(status_error(s)),
+                    }
+                };
                 if count <= 20 {
                     println!("sent to {topic}/{queue} at offset {}", r.first_queue_offset);
                 }
