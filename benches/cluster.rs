@@ -193,6 +193,7 @@ fn main() {
                     read_queues: 8,
                     write_queues: 8,
                     perm: 6,
+                    message_type: String::new(),
                 })
                 .await
                 .unwrap();

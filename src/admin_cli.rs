@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Subcommand;
+use raftmq_raft::command::TopicMessageType;
 use serde::Serialize;
 use tonic::transport::Channel;
 
@@ -70,6 +71,9 @@ pub struct TopicArgs {
     /// 2 = write, 4 = read, 6 = both.
     #[arg(long, default_value_t = 6)]
     perm: u32,
+    /// What the topic accepts: NORMAL, FIFO, DELAY, TRANSACTION or MIXED.
+    #[arg(long, default_value = "NORMAL")]
+    message_type: String,
     /// Only this group.
     #[arg(long)]
     group: Option<String>,
@@ -210,6 +214,12 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
     match cmd {
         TopicCommand::Create(a) | TopicCommand::Update(a) => {
             raftmq_store::queue_table::validate_topic(&a.topic)?;
+            if TopicMessageType::parse(&a.message_type).is_none() {
+                anyhow::bail!(
+                    "--message-type {}: expected NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
+                    a.message_type
+                );
+            }
             for (group, addr) in group_endpoints(&a.namesrv, a.group.as_deref()).await? {
                 BrokerClient::new(channel(&addr)?)
                     .put_topic(pb::PutTopicRequest {
@@ -217,12 +227,16 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
                         read_queues: a.queues,
                         write_queues: a.queues,
                         perm: a.perm,
+                        message_type: a.message_type.clone(),
                     })
                     .await
                     .map_err(|s| anyhow::anyhow!("group {group}: {}", s.message()))?;
                 println!(
-                    "topic {} in group {group}: {} queues, perm {}",
-                    a.topic, a.queues, a.perm
+                    "topic {} in group {group}: {} queues, perm {}, {} messages",
+                    a.topic,
+                    a.queues,
+                    a.perm,
+                    a.message_type.to_ascii_uppercase()
                 );
             }
         }

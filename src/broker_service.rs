@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use raftmq_raft::NodeAddr;
-use raftmq_raft::command::TopicConfig;
+use raftmq_raft::command::{TopicConfig, TopicMessageType};
 use tonic::{Request, Response, Status};
 
 use crate::broker::{Broker, from_pb};
@@ -111,6 +111,12 @@ impl broker_server::Broker for BrokerService {
                         read_queues: req.read_queues,
                         write_queues: req.write_queues,
                         perm: req.perm,
+                        message_type: TopicMessageType::parse(&req.message_type).ok_or_else(|| {
+                            BrokerError::Invalid(format!(
+                                "message type {}: expected NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
+                                req.message_type
+                            ))
+                        })?,
                     })
                     .await?;
                 Ok(pb::PutTopicResponse {})

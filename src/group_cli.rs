@@ -120,6 +120,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
                     read_queues: queues,
                     write_queues: queues,
                     perm,
+                    message_type: String::new(),
                 })
                 .await
                 .map_err(status_error)?;

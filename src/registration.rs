@@ -40,6 +40,7 @@ pub fn heartbeat(broker: &Broker) -> Option<pb::BrokerHeartbeat> {
             read_queues: t.read_queues,
             write_queues: t.write_queues,
             perm: t.perm,
+            message_type: t.message_type.as_str().to_string(),
         })
         .collect();
     Some(pb::BrokerHeartbeat {

@@ -138,6 +138,7 @@ mod tests {
                 read_queues: queues,
                 write_queues: queues,
                 perm: 6,
+                message_type: String::new(),
             }],
             ..Default::default()
         };

@@ -18,6 +18,7 @@ async fn create_topic(c: &Cluster, name: &str, queues: u32) {
                 read_queues: queues,
                 write_queues: queues,
                 perm: 6,
+                message_type: String::new(),
             })
             .await;
         match r {
@@ -233,6 +234,7 @@ async fn bad_requests_get_clear_errors() {
             read_queues: 1,
             write_queues: 1,
             perm: 6,
+            message_type: String::new(),
         })
         .await
         .unwrap_err();

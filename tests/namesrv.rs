@@ -25,6 +25,7 @@ async fn create_topic(c: &Cluster) {
             read_queues: 4,
             write_queues: 4,
             perm: 6,
+            message_type: String::new(),
         })
         .await
         .is_err()

@@ -19,8 +19,19 @@
 //!   |    4 | message count                            |
 //!   |    … | messages, each in [`crate::message`]'s layout |
 //!
-//! * [`KIND_ADMIN`]: an [`AdminCommand`] as JSON (rare, small, and its
-//!   shape grows with features).
+//! * [`KIND_ADMIN`]: an [`AdminCommand`] as JSON (small, and its shape
+//!   grows with features).
+//!
+//! * [`KIND_GUARDED_SEND`]: an admin command, then a send that is applied
+//!   only if the admin command succeeded (a dead-letter move: the ack of
+//!   the original delivery and the copy into the dead-letter topic are one
+//!   entry, so they happen together or not at all).
+//!
+//!   | size | field                                  |
+//!   |-----:|----------------------------------------|
+//!   |    4 | admin JSON length                      |
+//!   |    n | the [`AdminCommand`] as JSON           |
+//!   |    … | a [`KIND_SEND`] payload without its kind byte |
 //!
 //! Decoding validates every length against the payload, so a damaged or
 //! hostile payload is an error, never a panic.
@@ -30,10 +41,12 @@ use std::fmt;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::consumption::{GroupConfig, PopPlan, Popped, Receipt};
 use crate::message::{MalformedMessage, Message, MessageView};
 
 pub const KIND_SEND: u8 = 1;
 pub const KIND_ADMIN: u8 = 2;
+pub const KIND_GUARDED_SEND: u8 = 3;
 
 /// Topic permission bits, as RocketMQ: 2 = write, 4 = read, 6 = both.
 pub const PERM_WRITE: u32 = 2;
@@ -59,6 +72,46 @@ pub struct TopicConfig {
     pub write_queues: u32,
     /// [`PERM_WRITE`] | [`PERM_READ`].
     pub perm: u32,
+    /// Which messages the topic accepts (RocketMQ 5's `message.type`).
+    #[serde(default)]
+    pub message_type: TopicMessageType,
+}
+
+/// What a topic accepts, as RocketMQ 5's topic attribute `message.type`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TopicMessageType {
+    #[default]
+    Normal,
+    Fifo,
+    Delay,
+    Transaction,
+    /// Every type (dead-letter topics, and topics made for mixed traffic).
+    Mixed,
+}
+
+impl TopicMessageType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopicMessageType::Normal => "NORMAL",
+            TopicMessageType::Fifo => "FIFO",
+            TopicMessageType::Delay => "DELAY",
+            TopicMessageType::Transaction => "TRANSACTION",
+            TopicMessageType::Mixed => "MIXED",
+        }
+    }
+
+    /// Parses the names [`TopicMessageType::as_str`] gives (any case); the
+    /// empty string is the default.
+    pub fn parse(s: &str) -> Option<TopicMessageType> {
+        Some(match s.to_ascii_uppercase().as_str() {
+            "" | "NORMAL" => TopicMessageType::Normal,
+            "FIFO" => TopicMessageType::Fifo,
+            "DELAY" => TopicMessageType::Delay,
+            "TRANSACTION" => TopicMessageType::Transaction,
+            "MIXED" => TopicMessageType::Mixed,
+            _ => return None,
+        })
+    }
 }
 
 impl TopicConfig {
@@ -85,6 +138,32 @@ pub enum AdminCommand {
         queue_id: u32,
         offset: u64,
     },
+    /// Creates or updates a consumer group.
+    PutGroup(GroupConfig),
+    DeleteGroup {
+        name: String,
+    },
+    /// A receive, planned by the leader ([`crate::consumption`]).
+    Pop(PopPlan),
+    Ack {
+        group: String,
+        topic: String,
+        receipts: Vec<Receipt>,
+    },
+    ChangeInvisible {
+        group: String,
+        topic: String,
+        receipt: Receipt,
+        visible_at_ms: u64,
+    },
+    /// Drops a group's in-flight deliveries in a queue and continues at
+    /// `offset` (offset resets).
+    ResetConsumption {
+        group: String,
+        topic: String,
+        queue_id: u32,
+        offset: u64,
+    },
 }
 
 /// What applying a command produced, returned to the proposer.
@@ -98,6 +177,12 @@ pub enum Response {
     /// The command was valid Raft data but the state machine refused it (for
     /// example a topic deleted after the leader checked it).
     Rejected(String),
+    /// What a [`AdminCommand::Pop`] delivered.
+    Popped(Popped),
+    /// One result per receipt of an [`AdminCommand::Ack`] (false: stale).
+    Acked(Vec<bool>),
+    /// The new handle of a [`AdminCommand::ChangeInvisible`] (none: stale).
+    Changed(Option<u64>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,6 +211,8 @@ impl From<MalformedMessage> for MalformedCommand {
 pub enum Decoded<'a> {
     Send(Vec<BatchView<'a>>),
     Admin(AdminCommand),
+    /// Apply the admin command; apply the send only if it succeeded.
+    GuardedSend(AdminCommand, Vec<BatchView<'a>>),
 }
 
 /// One batch of a send, with each message's position in the payload.
@@ -140,27 +227,24 @@ pub struct BatchView<'a> {
 impl Command {
     /// Encodes a send. Every message must pass [`Message::validate`].
     pub fn send(batches: &[SendBatch], store_timestamp_ms: u64) -> Result<Command, MalformedCommand> {
-        let mut out = Vec::with_capacity(
-            16 + batches
-                .iter()
-                .map(|b| 10 + b.topic.len() + b.messages.iter().map(Message::encoded_len).sum::<usize>())
-                .sum::<usize>(),
-        );
+        let mut out = Vec::with_capacity(16 + send_len(batches));
         out.push(KIND_SEND);
-        out.extend_from_slice(&(batches.len() as u32).to_le_bytes());
-        for b in batches {
-            if b.topic.len() > u16::MAX as usize {
-                return Err(MalformedCommand("topic name too long".into()));
-            }
-            out.extend_from_slice(&(b.topic.len() as u16).to_le_bytes());
-            out.extend_from_slice(b.topic.as_bytes());
-            out.extend_from_slice(&b.queue_id.to_le_bytes());
-            out.extend_from_slice(&(b.messages.len() as u32).to_le_bytes());
-            for m in &b.messages {
-                m.validate()?;
-                m.encode(store_timestamp_ms, &mut out);
-            }
-        }
+        encode_send(batches, store_timestamp_ms, &mut out)?;
+        Ok(Command(Bytes::from(out)))
+    }
+
+    /// Encodes a send applied only if `guard` succeeds.
+    pub fn guarded_send(
+        guard: &AdminCommand,
+        batches: &[SendBatch],
+        store_timestamp_ms: u64,
+    ) -> Result<Command, MalformedCommand> {
+        let admin = serde_json::to_vec(guard).unwrap_or_default();
+        let mut out = Vec::with_capacity(16 + admin.len() + send_len(batches));
+        out.push(KIND_GUARDED_SEND);
+        out.extend_from_slice(&(admin.len() as u32).to_le_bytes());
+        out.extend_from_slice(&admin);
+        encode_send(batches, store_timestamp_ms, &mut out)?;
         Ok(Command(Bytes::from(out)))
     }
 
@@ -184,18 +268,56 @@ impl Command {
     pub fn decode(&self) -> Result<Decoded<'_>, MalformedCommand> {
         let p = &self.0[..];
         match p.first() {
-            Some(&KIND_SEND) => decode_send(p).map(Decoded::Send),
-            Some(&KIND_ADMIN) => serde_json::from_slice(&p[1..])
-                .map(Decoded::Admin)
-                .map_err(|e| MalformedCommand(format!("admin command: {e}"))),
+            Some(&KIND_SEND) => decode_send(p, 1).map(Decoded::Send),
+            Some(&KIND_ADMIN) => decode_admin(&p[1..]).map(Decoded::Admin),
+            Some(&KIND_GUARDED_SEND) => {
+                let len = p
+                    .get(1..5)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                    .ok_or_else(|| MalformedCommand("guarded send truncated".into()))?;
+                let json = p
+                    .get(5..5usize.saturating_add(len))
+                    .ok_or_else(|| MalformedCommand("guarded send truncated".into()))?;
+                Ok(Decoded::GuardedSend(decode_admin(json)?, decode_send(p, 5 + len)?))
+            }
             Some(k) => Err(MalformedCommand(format!("unknown command kind {k}"))),
             None => Err(MalformedCommand("empty payload".into())),
         }
     }
 }
 
-fn decode_send(p: &[u8]) -> Result<Vec<BatchView<'_>>, MalformedCommand> {
-    let mut at = 1usize;
+fn send_len(batches: &[SendBatch]) -> usize {
+    batches
+        .iter()
+        .map(|b| 10 + b.topic.len() + b.messages.iter().map(Message::encoded_len).sum::<usize>())
+        .sum()
+}
+
+fn encode_send(batches: &[SendBatch], store_timestamp_ms: u64, out: &mut Vec<u8>) -> Result<(), MalformedCommand> {
+    out.extend_from_slice(&(batches.len() as u32).to_le_bytes());
+    for b in batches {
+        if b.topic.len() > u16::MAX as usize {
+            return Err(MalformedCommand("topic name too long".into()));
+        }
+        out.extend_from_slice(&(b.topic.len() as u16).to_le_bytes());
+        out.extend_from_slice(b.topic.as_bytes());
+        out.extend_from_slice(&b.queue_id.to_le_bytes());
+        out.extend_from_slice(&(b.messages.len() as u32).to_le_bytes());
+        for m in &b.messages {
+            m.validate()?;
+            m.encode(store_timestamp_ms, out);
+        }
+    }
+    Ok(())
+}
+
+fn decode_admin(json: &[u8]) -> Result<AdminCommand, MalformedCommand> {
+    serde_json::from_slice(json).map_err(|e| MalformedCommand(format!("admin command: {e}")))
+}
+
+/// Decodes the send payload starting at `at` (after the kind byte and any
+/// header); it must run to the end of `p`.
+fn decode_send(p: &[u8], mut at: usize) -> Result<Vec<BatchView<'_>>, MalformedCommand> {
     let take = |at: &mut usize, n: usize| -> Result<&[u8], MalformedCommand> {
         let end = at
             .checked_add(n)
@@ -248,6 +370,7 @@ impl fmt::Display for Command {
                 write!(f, "send({} batches, {n} messages, {} bytes)", b.len(), self.0.len())
             }
             Ok(Decoded::Admin(a)) => write!(f, "{a:?}"),
+            Ok(Decoded::GuardedSend(a, b)) => write!(f, "{a:?} then send({} batches)", b.len()),
             Err(e) => write!(f, "<{e}>"),
         }
     }
@@ -315,6 +438,35 @@ mod tests {
                 Command::from_bytes(cmd.bytes().slice(..cut)).decode().is_err(),
                 "cut {cut}"
             );
+        }
+    }
+
+    #[test]
+    fn guarded_send_round_trip() {
+        let guard = AdminCommand::Ack {
+            group: "G".into(),
+            topic: "T".into(),
+            receipts: vec![Receipt {
+                queue_id: 1,
+                offset: 2,
+                handle: 3,
+            }],
+        };
+        let batches = vec![SendBatch {
+            topic: "%DLQ%G".into(),
+            queue_id: 0,
+            messages: vec![msg(1)],
+        }];
+        let cmd = Command::guarded_send(&guard, &batches, 9).unwrap();
+        let Decoded::GuardedSend(g, views) = cmd.decode().unwrap() else {
+            panic!()
+        };
+        assert_eq!(g, guard);
+        assert_eq!((views[0].topic, views[0].messages.len()), ("%DLQ%G", 1));
+        let (at, len, _) = views[0].messages[0];
+        assert_eq!(MessageView::parse(&cmd.bytes()[at..]).unwrap().1, len);
+        for cut in 0..cmd.bytes().len() {
+            assert!(Command::from_bytes(cmd.bytes().slice(..cut)).decode().is_err(), "cut {cut}");
         }
     }
 

@@ -32,6 +32,7 @@
 //! ```
 
 pub mod command;
+pub mod consumption;
 pub mod entry;
 pub mod error;
 pub mod log_store;

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::command::{AdminCommand, BatchOutcome, BatchView, Decoded, Response, TopicConfig};
+use crate::consumption::{self, Consumption, GroupConfig};
 use crate::log_store::{LogStore, io_err};
 use crate::message::tag_hash;
 use crate::types::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
@@ -54,6 +55,12 @@ pub struct Metadata {
     pub topics: BTreeMap<String, TopicConfig>,
     /// Consumer offsets: group -> topic -> queue id -> next offset to consume.
     pub offsets: BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>>,
+    /// Consumer groups.
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupConfig>,
+    /// Pop-style consumption state ([`crate::consumption`]).
+    #[serde(default)]
+    pub consumption: Consumption,
 }
 
 /// What a snapshot holds.
@@ -137,6 +144,12 @@ impl StateMachine {
             .collect()
     }
 
+    /// Runs `f` on the metadata under the state lock (no copy; keep `f`
+    /// short: applying waits for it).
+    pub fn with_metadata<R>(&self, f: impl FnOnce(&Metadata) -> R) -> R {
+        f(&read_state(&self.inner.state).metadata)
+    }
+
     pub fn topic(&self, name: &str) -> Option<TopicConfig> {
         read_state(&self.inner.state).metadata.topics.get(name).cloned()
     }
@@ -190,7 +203,7 @@ impl StateMachine {
                     {
                         store.queues().delete_topic(name).map_err(io_err)?;
                     }
-                    apply_admin(&mut st.metadata, a)
+                    apply_admin(&mut st.metadata, a, entry.log_id.index)
                 }
                 Ok(Decoded::Send(batches)) => {
                     let Some((payload_phys, _, redo)) = record else {
@@ -201,6 +214,27 @@ impl StateMachine {
                     let mut out = Vec::with_capacity(batches.len());
                     for b in &batches {
                         out.push(apply_batch(&st.metadata, store, b, payload_phys, redo)?);
+                    }
+                    Response::Sent(out)
+                }
+                Ok(Decoded::GuardedSend(guard, batches)) => {
+                    let Some((payload_phys, _, redo)) = record else {
+                        return Err(located
+                            .err()
+                            .unwrap_or_else(|| io::Error::other("entry not in the log")));
+                    };
+                    let ok = match apply_admin(&mut st.metadata, guard, entry.log_id.index) {
+                        Response::Acked(acks) => acks.iter().all(|a| *a),
+                        Response::Done => true,
+                        _ => false,
+                    };
+                    let mut out = Vec::with_capacity(batches.len());
+                    for b in &batches {
+                        out.push(if ok {
+                            apply_batch(&st.metadata, store, b, payload_phys, redo)?
+                        } else {
+                            BatchOutcome::Rejected("its guard failed (the receipt is no longer valid)".into())
+                        });
                     }
                     Response::Sent(out)
                 }
@@ -312,7 +346,9 @@ fn finish_interrupted_install(log: &LogStore, content: &SnapshotContent) -> io::
     Ok(())
 }
 
-fn apply_admin(md: &mut Metadata, a: AdminCommand) -> Response {
+/// Applies a metadata change; `index` is the entry's log index (the handle
+/// of the deliveries a pop or change makes).
+fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
     match a {
         AdminCommand::PutTopic(t) => {
             md.topics.insert(t.name.clone(), t);
@@ -322,7 +358,48 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand) -> Response {
             for topics in md.offsets.values_mut() {
                 topics.remove(&name);
             }
+            for topics in md.consumption.values_mut() {
+                topics.remove(&name);
+            }
         }
+        AdminCommand::PutGroup(g) => {
+            md.groups.insert(g.name.clone(), g);
+        }
+        AdminCommand::DeleteGroup { name } => {
+            md.groups.remove(&name);
+            md.offsets.remove(&name);
+            md.consumption.remove(&name);
+        }
+        AdminCommand::Pop(plan) => {
+            if !md.topics.contains_key(&plan.topic) {
+                return Response::Rejected(format!("topic {} does not exist", plan.topic));
+            }
+            return Response::Popped(consumption::apply_pop(&mut md.consumption, plan, index));
+        }
+        AdminCommand::Ack { group, topic, receipts } => {
+            return Response::Acked(consumption::apply_ack(&mut md.consumption, &group, &topic, &receipts));
+        }
+        AdminCommand::ChangeInvisible {
+            group,
+            topic,
+            receipt,
+            visible_at_ms,
+        } => {
+            return Response::Changed(consumption::apply_change_invisible(
+                &mut md.consumption,
+                &group,
+                &topic,
+                &receipt,
+                visible_at_ms,
+                index,
+            ));
+        }
+        AdminCommand::ResetConsumption {
+            group,
+            topic,
+            queue_id,
+            offset,
+        } => consumption::apply_reset(&mut md.consumption, &group, &topic, queue_id, offset),
         AdminCommand::CommitOffset {
             group,
             topic,

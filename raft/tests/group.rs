@@ -44,6 +44,7 @@ async fn put_topic(l: &RaftNode) {
         read_queues: 2,
         write_queues: 2,
         perm: 6,
+        message_type: Default::default(),
     })))
     .await
     .unwrap();
@@ -120,6 +121,7 @@ async fn three_nodes_elect_replicate_and_assign_identical_offsets() {
         read_queues: 2,
         write_queues: 2,
         perm: 6,
+        message_type: Default::default(),
     })))
     .await
     .unwrap();

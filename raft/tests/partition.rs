@@ -144,6 +144,7 @@ async fn an_isolated_leaders_uncommitted_tail_is_truncated_after_healing() {
         read_queues: 2,
         write_queues: 2,
         perm: 6,
+        message_type: Default::default(),
     })))
     .await
     .unwrap();

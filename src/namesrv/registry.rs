@@ -199,6 +199,7 @@ mod tests {
                 read_queues: 4,
                 write_queues: 4,
                 perm: 6,
+                message_type: String::new(),
             }],
             ..Default::default()
         }
