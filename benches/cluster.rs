@@ -64,6 +64,12 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             cluster: "bench".into(),
             namesrv_addrs: vec![],
             namesrv_heartbeat_interval_ms: 30_000,
+            auto_create_groups: true,
+            auto_create_topics: false,
+            auto_create_topic_queues: 8,
+            max_delivery_attempts: 16,
+            default_invisible_ms: 60_000,
+            long_polling_timeout_ms: 20_000,
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

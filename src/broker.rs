@@ -15,6 +15,8 @@ use raftmq_raft::{Message, NodeAddr, RaftNode};
 use tonic::transport::Channel;
 
 use crate::batcher::Batcher;
+use crate::clients::Clients;
+use crate::pop::{GroupDefaults, Popper};
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::pb;
@@ -26,30 +28,43 @@ pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
 pub struct Broker {
     pub node: Arc<RaftNode>,
     pub cfg: BrokerConfig,
+    /// Pop-style consumption (runs on the leader).
+    pub popper: Popper,
+    /// The client-protocol clients that use this node.
+    pub clients: Clients,
     batcher: Batcher,
     peers: Mutex<HashMap<String, Channel>>,
 }
 
 impl Broker {
     pub fn new(node: Arc<RaftNode>, cfg: BrokerConfig) -> Broker {
+        let popper = Popper::new(
+            node.clone(),
+            GroupDefaults {
+                auto_create: cfg.auto_create_groups,
+                max_delivery_attempts: cfg.max_delivery_attempts,
+            },
+        );
         Broker {
             batcher: Batcher::start(node.clone(), cfg.store.max_record_size as usize),
+            popper,
+            clients: Clients::default(),
             node,
             cfg,
             peers: Mutex::new(HashMap::new()),
         }
     }
 
-    /// A client for the current leader, waiting (bounded) for one to be
-    /// elected. `None` when this node is the leader.
-    pub async fn leader_client(&self) -> Result<Option<BrokerClient<Channel>>, BrokerError> {
+    /// A channel to the current leader's client port, waiting (bounded) for
+    /// one to be elected. `None` when this node is the leader.
+    pub async fn leader_channel(&self) -> Result<Option<Channel>, BrokerError> {
         let deadline = tokio::time::Instant::now() + FORWARD_WAIT;
         loop {
             if self.node.is_leader() {
                 return Ok(None);
             }
             if let Some((_, addr)) = self.node.leader() {
-                return Ok(Some(self.client_for(&addr)?));
+                return Ok(Some(self.channel_for(&addr)?));
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(BrokerError::Unavailable("no leader was elected in time".into()));
@@ -58,9 +73,18 @@ impl Broker {
         }
     }
 
-    fn client_for(&self, addr: &NodeAddr) -> Result<BrokerClient<Channel>, BrokerError> {
+    /// [`Broker::leader_channel`] as a `raftmq.v1.Broker` client.
+    pub async fn leader_client(&self) -> Result<Option<BrokerClient<Channel>>, BrokerError> {
+        Ok(self.leader_channel().await?.map(|channel| {
+            BrokerClient::new(channel)
+                .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
+        }))
+    }
+
+    fn channel_for(&self, addr: &NodeAddr) -> Result<Channel, BrokerError> {
         let mut peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let channel = match peers.get(&addr.client_addr) {
+        Ok(match peers.get(&addr.client_addr) {
             Some(c) => c.clone(),
             None => {
                 let c = crate::channel::endpoint(&addr.client_addr, Duration::from_millis(500))
@@ -69,10 +93,39 @@ impl Broker {
                 peers.insert(addr.client_addr.clone(), c.clone());
                 c
             }
-        };
-        Ok(BrokerClient::new(channel)
-            .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(crate::MAX_MESSAGE_SIZE))
+        })
+    }
+
+    /// This node's client address as clients reach it.
+    pub fn client_addr(&self) -> String {
+        self.cfg.client_addr()
+    }
+
+    /// The client addresses of every member of the group, this node's first.
+    pub fn group_client_addrs(&self) -> Vec<String> {
+        let m = self.node.raft.metrics().borrow_watched().clone();
+        let mut addrs: Vec<String> = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(_, n)| n.client_addr.clone())
+            .collect();
+        let me = self.client_addr();
+        addrs.retain(|a| *a != me);
+        addrs.insert(0, me);
+        addrs
+    }
+
+    /// Commits a consumer group's offset in a queue (offset-based consumers).
+    pub async fn commit_offset_local(&self, group: &str, topic: &str, queue_id: u32, offset: u64) -> Result<(), BrokerError> {
+        let cmd = raftmq_raft::Command::admin(&AdminCommand::CommitOffset {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            queue_id,
+            offset,
+        });
+        self.node.write(cmd).await?;
+        Ok(())
     }
 
     /// Validates and proposes a batch on the leader (this node).

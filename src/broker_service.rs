@@ -27,7 +27,7 @@ impl BrokerService {
 
 /// Whether a forwarded call failed before the request left this node (the
 /// leader could not be reached), so it is safe to send it again.
-fn not_delivered(s: &Status) -> bool {
+pub(crate) fn not_delivered(s: &Status) -> bool {
     s.code() == tonic::Code::Unavailable && s.message().contains("connect")
 }
 
@@ -67,7 +67,7 @@ macro_rules! on_leader {
 }
 
 /// Marks a request a follower forwarded to the leader.
-const FORWARDED: &str = "x-raftmq-forwarded";
+pub(crate) const FORWARDED: &str = "x-raftmq-forwarded";
 
 #[tonic::async_trait]
 impl broker_server::Broker for BrokerService {

@@ -77,6 +77,26 @@ pub struct BrokerConfig {
     /// How often retention (store.retention) runs.
     #[serde(default = "defaults::retention_check")]
     pub retention_check_interval_ms: u64,
+    /// Create a consumer group the first time a client uses it.
+    #[serde(default = "defaults::yes")]
+    pub auto_create_groups: bool,
+    /// Create a topic (with `auto_create_topic_queues` queues) the first time
+    /// a client asks for its route. Off by default: `raftmq topic create`.
+    #[serde(default)]
+    pub auto_create_topics: bool,
+    #[serde(default = "defaults::auto_create_topic_queues")]
+    pub auto_create_topic_queues: u32,
+    /// Deliveries before a message goes to the dead-letter topic, for groups
+    /// created automatically (RocketMQ: 16).
+    #[serde(default = "defaults::max_delivery_attempts")]
+    pub max_delivery_attempts: u32,
+    /// Invisible time of a delivery whose receive names none (push
+    /// consumers; RocketMQ: 60 s).
+    #[serde(default = "defaults::invisible")]
+    pub default_invisible_ms: u64,
+    /// Long-polling time given to consumers in their settings.
+    #[serde(default = "defaults::long_polling")]
+    pub long_polling_timeout_ms: u64,
     #[serde(default)]
     pub store: StoreConfig,
 }
@@ -112,6 +132,21 @@ mod defaults {
     }
     pub fn namesrv_heartbeat() -> u64 {
         30_000
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn auto_create_topic_queues() -> u32 {
+        8
+    }
+    pub fn max_delivery_attempts() -> u32 {
+        raftmq_raft::consumption::DEFAULT_MAX_DELIVERY_ATTEMPTS
+    }
+    pub fn invisible() -> u64 {
+        60_000
+    }
+    pub fn long_polling() -> u64 {
+        20_000
     }
 }
 
@@ -175,6 +210,13 @@ impl BrokerConfig {
         }
         if self.namesrv_heartbeat_interval_ms == 0 {
             return bad("namesrv_heartbeat_interval_ms must be positive".into());
+        }
+        if self.max_delivery_attempts == 0 || self.auto_create_topic_queues == 0 || self.auto_create_topic_queues > 1024
+        {
+            return bad("max_delivery_attempts and auto_create_topic_queues (at most 1024) must be positive".into());
+        }
+        if self.default_invisible_ms == 0 || self.long_polling_timeout_ms == 0 {
+            return bad("default_invisible_ms and long_polling_timeout_ms must be positive".into());
         }
         if self.max_body_bytes == 0 || self.max_body_bytes as u64 + 4096 > self.store.max_record_size {
             return bad(format!(

@@ -4,6 +4,8 @@
 use raftmq_raft::RaftError;
 use tonic::{Code, Status};
 
+use crate::rocketmq::v2::Code as V2Code;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BrokerError {
     #[error("topic {0} does not exist")]
@@ -20,6 +22,33 @@ pub enum BrokerError {
     DiskFull(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A client-protocol refusal with its own `apache.rocketmq.v2` code.
+    #[error("{1}")]
+    Refused(V2Code, String),
+}
+
+impl BrokerError {
+    /// The `apache.rocketmq.v2` status code of this error.
+    pub fn v2_code(&self) -> V2Code {
+        match self {
+            BrokerError::TopicNotFound(_) => V2Code::TopicNotFound,
+            BrokerError::Invalid(_) => V2Code::BadRequest,
+            // Retryable: the clients retry internal errors and timeouts.
+            BrokerError::Unavailable(_) => V2Code::HaNotAvailable,
+            BrokerError::OutcomeUnknown(_) => V2Code::ProxyTimeout,
+            BrokerError::DiskFull(_) => V2Code::InternalServerError,
+            BrokerError::Internal(_) => V2Code::InternalError,
+            BrokerError::Refused(code, _) => *code,
+        }
+    }
+
+    /// This error as an `apache.rocketmq.v2.Status`.
+    pub fn v2_status(&self) -> crate::rocketmq::v2::Status {
+        crate::rocketmq::v2::Status {
+            code: self.v2_code() as i32,
+            message: self.to_string(),
+        }
+    }
 }
 
 impl From<RaftError> for BrokerError {
@@ -44,6 +73,15 @@ impl From<BrokerError> for Status {
             BrokerError::OutcomeUnknown(_) => Code::Aborted,
             BrokerError::DiskFull(_) => Code::ResourceExhausted,
             BrokerError::Internal(_) => Code::Internal,
+            BrokerError::Refused(c, _) => match c {
+                V2Code::NotFound
+                | V2Code::TopicNotFound
+                | V2Code::ConsumerGroupNotFound
+                | V2Code::MessageNotFound
+                | V2Code::OffsetNotFound => Code::NotFound,
+                V2Code::Unsupported | V2Code::NotImplemented => Code::Unimplemented,
+                _ => Code::InvalidArgument,
+            },
         };
         Status::new(code, e.to_string())
     }

@@ -39,14 +39,21 @@ pub mod broker;
 pub mod broker_service;
 pub mod channel;
 pub mod cli;
+pub mod client_route;
+pub mod client_settings;
+pub mod clients;
 pub mod config;
 pub mod error;
 pub mod group_cli;
 pub mod inspect;
+pub mod messaging_service;
 pub mod namesrv;
+pub mod pop;
+pub mod receipt;
 pub mod registration;
 pub mod route_cache;
 pub mod server;
+pub mod v2_message;
 
 pub mod pb {
     //! Generated from `proto/raftmq/v1/broker.proto`.

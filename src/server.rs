@@ -9,6 +9,7 @@ use raftmq_raft::RaftNode;
 use crate::broker::Broker;
 use crate::broker_service::BrokerService;
 use crate::config::BrokerConfig;
+use crate::messaging_service::MessagingService;
 
 /// A started node with its client services.
 pub struct RunningBroker {
@@ -29,7 +30,9 @@ impl RunningBroker {
         let node = RaftNode::start(cfg.node_config()).await?;
         let broker = Arc::new(Broker::new(node, cfg));
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let router = tonic::transport::Server::builder().add_service(BrokerService::new(broker.clone()));
+        let router = tonic::transport::Server::builder()
+            .add_service(BrokerService::new(broker.clone()))
+            .add_service(MessagingService::new(broker.clone()));
         let server = raftmq_raft::serve::spawn(listener, router, stopped, "client");
         let registration = tokio::spawn(crate::registration::run(broker.clone(), stop.subscribe()));
         tracing::info!(node = broker.node.id, client = %client_addr, raft = %broker.node.raft_addr(), "broker started");

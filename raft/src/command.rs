@@ -143,8 +143,9 @@ pub enum AdminCommand {
     DeleteGroup {
         name: String,
     },
-    /// A receive, planned by the leader ([`crate::consumption`]).
-    Pop(PopPlan),
+    /// A receive, planned by the leader ([`crate::consumption`]): one plan
+    /// per queue it takes from.
+    Pop(Vec<PopPlan>),
     Ack {
         group: String,
         topic: String,
@@ -177,8 +178,8 @@ pub enum Response {
     /// The command was valid Raft data but the state machine refused it (for
     /// example a topic deleted after the leader checked it).
     Rejected(String),
-    /// What a [`AdminCommand::Pop`] delivered.
-    Popped(Popped),
+    /// What a [`AdminCommand::Pop`] delivered, per plan.
+    Popped(Vec<Popped>),
     /// One result per receipt of an [`AdminCommand::Ack`] (false: stale).
     Acked(Vec<bool>),
     /// The new handle of a [`AdminCommand::ChangeInvisible`] (none: stale).

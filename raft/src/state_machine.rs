@@ -370,11 +370,16 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
             md.offsets.remove(&name);
             md.consumption.remove(&name);
         }
-        AdminCommand::Pop(plan) => {
-            if !md.topics.contains_key(&plan.topic) {
-                return Response::Rejected(format!("topic {} does not exist", plan.topic));
+        AdminCommand::Pop(plans) => {
+            if let Some(p) = plans.iter().find(|p| !md.topics.contains_key(&p.topic)) {
+                return Response::Rejected(format!("topic {} does not exist", p.topic));
             }
-            return Response::Popped(consumption::apply_pop(&mut md.consumption, plan, index));
+            return Response::Popped(
+                plans
+                    .into_iter()
+                    .map(|p| consumption::apply_pop(&mut md.consumption, p, index))
+                    .collect(),
+            );
         }
         AdminCommand::Ack { group, topic, receipts } => {
             return Response::Acked(consumption::apply_ack(&mut md.consumption, &group, &topic, &receipts));

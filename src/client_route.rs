@@ -1,0 +1,175 @@
+//! Routes in the client protocol: a topic's queues across every broker
+//! group, each naming its group as the broker (id 0, the one clients write
+//! to) with the client addresses of **every node** of the group. Clients
+//! open one channel over all of them, so when a node dies the channel moves
+//! to another, which forwards to the new leader: no route refresh needed.
+//!
+//! This node's own group comes from its replicated state (always current);
+//! other groups from the NameServers, when configured.
+
+use std::net::IpAddr;
+
+use raftmq_raft::TopicConfig;
+use raftmq_raft::command::{PERM_READ, PERM_WRITE, TopicMessageType};
+
+use crate::broker::Broker;
+use crate::error::BrokerError;
+use crate::pb;
+use crate::rocketmq::v2 as v2;
+use crate::route_cache::{RouteCache, RouteError};
+use crate::v2_message::accepted_types;
+
+/// One group's share of a topic.
+#[derive(Debug, Clone)]
+pub struct GroupQueues {
+    pub group: String,
+    pub read_queues: u32,
+    pub write_queues: u32,
+    pub perm: u32,
+    pub message_type: TopicMessageType,
+    /// Client addresses of the group's nodes.
+    pub endpoints: Vec<String>,
+}
+
+/// The topic's queues in every group that has it; empty when none has it.
+pub async fn groups_of(broker: &Broker, routes: Option<&RouteCache>, topic: &str) -> Result<Vec<GroupQueues>, BrokerError> {
+    let mut groups = Vec::new();
+    if let Some(t) = broker.node.sm.topic(topic) {
+        groups.push(local(broker, &t));
+    }
+    if let Some(routes) = routes {
+        match routes.route(topic).await {
+            Ok(r) => groups.extend(
+                r.groups
+                    .into_iter()
+                    .filter(|g| g.group != broker.cfg.group)
+                    .filter_map(remote),
+            ),
+            Err(RouteError::NotFound(_)) => {}
+            // The local group still serves; other groups are missing from
+            // this answer until a NameServer answers again.
+            Err(e) => tracing::warn!(topic, "route lookup failed: {e}"),
+        }
+    }
+    Ok(groups)
+}
+
+fn local(broker: &Broker, t: &TopicConfig) -> GroupQueues {
+    GroupQueues {
+        group: broker.cfg.group.clone(),
+        read_queues: t.read_queues,
+        write_queues: t.write_queues,
+        perm: t.perm,
+        message_type: t.message_type,
+        endpoints: broker.group_client_addrs(),
+    }
+}
+
+fn remote(g: pb::GroupRoute) -> Option<GroupQueues> {
+    let q = g.queues?;
+    Some(GroupQueues {
+        group: g.group,
+        read_queues: q.read_queues,
+        write_queues: q.write_queues,
+        perm: q.perm,
+        message_type: TopicMessageType::parse(&q.message_type).unwrap_or_default(),
+        endpoints: g.nodes.into_iter().map(|n| n.client_addr).collect(),
+    })
+}
+
+/// `host:port` addresses as v2 endpoints (IPv4, IPv6 or domain names, as
+/// the first address is).
+pub fn endpoints(addrs: &[String]) -> v2::Endpoints {
+    let mut scheme = v2::AddressScheme::DomainName;
+    let addresses = addrs
+        .iter()
+        .filter_map(|a| {
+            let (host, port) = a.rsplit_once(':')?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Some(v2::Address {
+                host: host.to_string(),
+                port: port.parse().ok()?,
+            })
+        })
+        .collect::<Vec<_>>();
+    if let Some(first) = addresses.first() {
+        scheme = match first.host.parse::<IpAddr>() {
+            Ok(IpAddr::V4(_)) => v2::AddressScheme::IPv4,
+            Ok(IpAddr::V6(_)) => v2::AddressScheme::IPv6,
+            Err(_) => v2::AddressScheme::DomainName,
+        };
+    }
+    v2::Endpoints {
+        scheme: scheme as i32,
+        addresses,
+    }
+}
+
+/// Every queue of every group as v2 message queues.
+pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues]) -> Vec<v2::MessageQueue> {
+    let mut out = Vec::new();
+    for g in groups {
+        let broker = v2::Broker {
+            name: g.group.clone(),
+            id: 0,
+            endpoints: Some(endpoints(&g.endpoints)),
+        };
+        let accept: Vec<i32> = accepted_types(g.message_type).into_iter().map(|t| t as i32).collect();
+        for id in 0..g.read_queues.max(g.write_queues) {
+            let read = id < g.read_queues && g.perm & PERM_READ != 0;
+            let write = id < g.write_queues && g.perm & PERM_WRITE != 0;
+            let permission = match (read, write) {
+                (true, true) => v2::Permission::ReadWrite,
+                (true, false) => v2::Permission::Read,
+                (false, true) => v2::Permission::Write,
+                (false, false) => v2::Permission::None,
+            };
+            out.push(v2::MessageQueue {
+                topic: Some(topic.clone()),
+                id: id as i32,
+                permission: permission as i32,
+                broker: Some(broker.clone()),
+                accept_message_types: accept.clone(),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues_and_endpoints() {
+        let g = GroupQueues {
+            group: "g1".into(),
+            read_queues: 2,
+            write_queues: 3,
+            perm: 6,
+            message_type: TopicMessageType::Fifo,
+            endpoints: vec!["127.0.0.1:8081".into(), "127.0.0.1:8082".into()],
+        };
+        let topic = v2::Resource {
+            resource_namespace: String::new(),
+            name: "T".into(),
+        };
+        let q = message_queues(&topic, &[g]);
+        assert_eq!(q.len(), 3);
+        assert_eq!(q[0].permission, v2::Permission::ReadWrite as i32);
+        assert_eq!(q[2].permission, v2::Permission::Write as i32);
+        let b = q[0].broker.as_ref().unwrap();
+        assert_eq!(b.id, 0);
+        let e = b.endpoints.as_ref().unwrap();
+        assert_eq!((e.scheme, e.addresses.len()), (v2::AddressScheme::IPv4 as i32, 2));
+        assert_eq!(q[0].accept_message_types, vec![v2::MessageType::Fifo as i32]);
+        assert_eq!(
+            endpoints(&["[::1]:80".into()]).scheme,
+            v2::AddressScheme::IPv6 as i32
+        );
+        assert_eq!(
+            endpoints(&["broker-1:80".into()]).scheme,
+            v2::AddressScheme::DomainName as i32
+        );
+    }
+}

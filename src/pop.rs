@@ -1,0 +1,483 @@
+//! Pop-style consumption at the leader: receive (with long polling and tag
+//! filters), ack, change of invisibility, and dead-letter moves.
+//!
+//! The leader *plans* each receive from its applied state and proposes the
+//! plan through Raft ([`raftmq_raft::consumption`]); what the applied plan
+//! delivered is what the consumer gets. Plans for one (group, topic) are
+//! made one at a time, so two receives never pick the same message; a plan
+//! made from stale state (just after an election) is cut down when applied,
+//! never applied twice.
+//!
+//! ```text
+//!  receive ─► lock (group, topic) ─► plan from applied state: due redeliveries,
+//!             then fresh offsets that pass the filter ─► Raft write ─► deliveries
+//!     └─ nothing to deliver: wait for the next applied entry or the next due
+//!        redelivery, until the long-polling deadline
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use raftmq_raft::command::{AdminCommand, Response, SendBatch, TopicConfig, TopicMessageType};
+use raftmq_raft::consumption::{self, FreshRange, GroupConfig, PopPlan, Popped, QueueState, Receipt};
+use raftmq_raft::message::{MessageView, tag_hash};
+use raftmq_raft::{Command, RaftNode};
+use tokio::time::Instant;
+
+use crate::error::BrokerError;
+use crate::receipt;
+use crate::rocketmq::v2::Code;
+use crate::v2_message::now_ms;
+
+/// Most messages one receive returns.
+pub const MAX_BATCH: usize = 64;
+/// Most ConsumeQueue units one plan looks at per queue (filters that match
+/// little must not make one receive read a whole queue).
+const MAX_SCAN: u64 = 1024;
+/// Longest invisible time a consumer may ask for (RocketMQ: 12 h).
+pub const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
+
+/// Which tags a subscription takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TagFilter {
+    All,
+    /// Tags and their hashes (the ConsumeQueue holds the hash; equal hashes
+    /// are checked against the message's tag).
+    Tags(Vec<(String, u64)>),
+}
+
+impl TagFilter {
+    /// Parses RocketMQ's tag expression: `*` (or empty) for all, or tags
+    /// separated by `||`.
+    pub fn parse(expr: &str) -> Result<TagFilter, BrokerError> {
+        let expr = expr.trim();
+        if expr.is_empty() || expr == "*" {
+            return Ok(TagFilter::All);
+        }
+        let mut tags = Vec::new();
+        for t in expr.split("||") {
+            let t = t.trim();
+            if t.is_empty() {
+                return Err(BrokerError::Refused(
+                    Code::IllegalFilterExpression,
+                    format!("tag expression {expr:?} has an empty tag"),
+                ));
+            }
+            if t == "*" {
+                return Ok(TagFilter::All);
+            }
+            tags.push((t.to_string(), tag_hash(t)));
+        }
+        Ok(TagFilter::Tags(tags))
+    }
+
+    fn may_match(&self, hash: u64) -> bool {
+        match self {
+            TagFilter::All => true,
+            TagFilter::Tags(t) => t.iter().any(|(_, h)| *h == hash),
+        }
+    }
+
+    fn matches(&self, tag: &str) -> bool {
+        match self {
+            TagFilter::All => true,
+            TagFilter::Tags(t) => t.iter().any(|(s, _)| s == tag),
+        }
+    }
+}
+
+/// A receive as a consumer asks for it.
+pub struct Receive {
+    pub group: String,
+    pub topic: String,
+    pub filter: TagFilter,
+    pub batch: usize,
+    pub invisible: Duration,
+    /// The queue to look at first (the others follow, in order).
+    pub first_queue: u32,
+    /// When to answer empty-handed.
+    pub deadline: Instant,
+}
+
+/// One delivered message.
+pub struct Delivered {
+    pub queue_id: u32,
+    pub offset: u64,
+    pub attempt: u32,
+    pub receipt: String,
+    /// The stored message ([`raftmq_raft::message`] layout).
+    pub bytes: bytes::Bytes,
+}
+
+/// The leader's consumption logic; one per broker.
+pub struct Popper {
+    node: Arc<RaftNode>,
+    defaults: GroupDefaults,
+    /// One planning lock per (group, topic).
+    locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// What a group created on first use gets.
+#[derive(Debug, Clone)]
+pub struct GroupDefaults {
+    pub auto_create: bool,
+    pub max_delivery_attempts: u32,
+}
+
+/// What a plan found, besides the plan.
+struct Planned {
+    plans: Vec<PopPlan>,
+    /// Due in-flight messages past their last attempt: (queue, offset, handle).
+    dead: Vec<(u32, u64, u64)>,
+    /// Earliest time an in-flight message becomes visible (ms).
+    next_visible_ms: Option<u64>,
+}
+
+impl Popper {
+    pub fn new(node: Arc<RaftNode>, defaults: GroupDefaults) -> Popper {
+        Popper {
+            node,
+            defaults,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock_for(&self, group: &str, topic: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.entry((group.to_string(), topic.to_string())).or_default().clone()
+    }
+
+    /// The group's config; creates it with the defaults when it does not
+    /// exist and groups are created on first use.
+    pub async fn group(&self, name: &str) -> Result<GroupConfig, BrokerError> {
+        validate_group(name)?;
+        if let Some(g) = self.node.sm.with_metadata(|m| m.groups.get(name).cloned()) {
+            return Ok(g);
+        }
+        if !self.defaults.auto_create {
+            return Err(BrokerError::Refused(
+                Code::ConsumerGroupNotFound,
+                format!("consumer group {name} does not exist (groups are not created on first use here)"),
+            ));
+        }
+        let g = GroupConfig {
+            name: name.to_string(),
+            fifo: false,
+            max_delivery_attempts: self.defaults.max_delivery_attempts,
+        };
+        self.node
+            .write(Command::admin(&AdminCommand::PutGroup(g.clone())))
+            .await?;
+        tracing::info!(group = name, "created consumer group on first use");
+        Ok(g)
+    }
+
+    /// The group's config without creating it (settings for a follower's
+    /// clients): the defaults when it does not exist yet.
+    pub fn group_or_default(&self, name: &str) -> GroupConfig {
+        self.node
+            .sm
+            .with_metadata(|m| m.groups.get(name).cloned())
+            .unwrap_or_else(|| GroupConfig {
+                name: name.to_string(),
+                fifo: false,
+                max_delivery_attempts: self.defaults.max_delivery_attempts,
+            })
+    }
+
+    /// Receives up to `r.batch` messages, waiting until `r.deadline` for
+    /// one to arrive or become visible again. Runs on the leader.
+    pub async fn receive(&self, r: &Receive) -> Result<Vec<Delivered>, BrokerError> {
+        let group = self.group(&r.group).await?;
+        let topic = self
+            .node
+            .sm
+            .topic(&r.topic)
+            .ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
+        if !topic.readable() {
+            return Err(BrokerError::Refused(
+                Code::Forbidden,
+                format!("topic {} is not readable", r.topic),
+            ));
+        }
+        let mut applied = self.node.sm.applied_watch();
+        loop {
+            applied.borrow_and_update();
+            let (out, next_visible_ms) = self.try_receive(r, &group).await?;
+            if !out.is_empty() {
+                return Ok(out);
+            }
+            let now = Instant::now();
+            if now >= r.deadline {
+                return Ok(out);
+            }
+            let wake = next_visible_ms.map_or(r.deadline, |ms| {
+                now + Duration::from_millis(ms.saturating_sub(now_ms())).min(r.deadline - now)
+            });
+            tokio::select! {
+                changed = applied.changed() => {
+                    if changed.is_err() {
+                        return Err(BrokerError::Unavailable("the node is shutting down".into()));
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// One planning round: plans, proposes, and reads what was delivered.
+    async fn try_receive(&self, r: &Receive, group: &GroupConfig) -> Result<(Vec<Delivered>, Option<u64>), BrokerError> {
+        let lock = self.lock_for(&r.group, &r.topic);
+        let _planning = lock.lock().await;
+        let now = now_ms();
+        let visible_at_ms = now.saturating_add(r.invisible.as_millis() as u64);
+        let planned = self.plan(r, group, now, visible_at_ms)?;
+        for (queue_id, offset, handle) in &planned.dead {
+            let receipt = Receipt {
+                queue_id: *queue_id,
+                offset: *offset,
+                handle: *handle,
+            };
+            if let Err(e) = self.dead_letter(&r.group, &r.topic, &receipt).await {
+                tracing::warn!(group = r.group, topic = r.topic, queue_id, offset, "dead-letter move failed: {e}");
+            }
+        }
+        if planned.plans.is_empty() {
+            return Ok((Vec::new(), planned.next_visible_ms));
+        }
+        let (_, resp) = self
+            .node
+            .write(Command::admin(&AdminCommand::Pop(planned.plans.clone())))
+            .await?;
+        let popped = match resp {
+            Response::Popped(p) => p,
+            Response::Rejected(why) => return Err(BrokerError::Invalid(why)),
+            other => return Err(BrokerError::Internal(format!("unexpected response to a pop: {other:?}"))),
+        };
+        let mut out = Vec::new();
+        for (plan, Popped { handle, delivered }) in planned.plans.iter().zip(popped) {
+            for (offset, attempt) in delivered {
+                match self.node.store.message(&r.topic, plan.queue_id, offset) {
+                    Ok((_, bytes)) => out.push(Delivered {
+                        queue_id: plan.queue_id,
+                        offset,
+                        attempt,
+                        receipt: receipt::encode(&Receipt {
+                            queue_id: plan.queue_id,
+                            offset,
+                            handle,
+                        }),
+                        bytes: bytes::Bytes::copy_from_slice(&bytes),
+                    }),
+                    // Deleted by retention meanwhile: nothing to deliver.
+                    Err(e) => tracing::debug!(offset, "delivered message is gone: {e}"),
+                }
+            }
+        }
+        Ok((out, planned.next_visible_ms))
+    }
+
+    fn plan(&self, r: &Receive, group: &GroupConfig, now: u64, visible_at_ms: u64) -> Result<Planned, BrokerError> {
+        let (topic, states) = self.node.sm.with_metadata(|m| {
+            let topic = m.topics.get(&r.topic).cloned();
+            let states: HashMap<u32, QueueState> = m
+                .consumption
+                .get(&r.group)
+                .and_then(|t| t.get(&r.topic))
+                .map(|q| q.iter().map(|(k, v)| (*k, v.clone())).collect())
+                .unwrap_or_default();
+            (topic, states)
+        });
+        let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
+        let queues = topic.read_queues.max(1);
+        let mut planned = Planned {
+            plans: Vec::new(),
+            dead: Vec::new(),
+            next_visible_ms: None,
+        };
+        let mut room = r.batch.clamp(1, MAX_BATCH);
+        for i in 0..queues {
+            if room == 0 {
+                break;
+            }
+            let queue_id = (r.first_queue % queues + i) % queues;
+            let state = states.get(&queue_id);
+            let mut plan = PopPlan {
+                group: r.group.clone(),
+                topic: r.topic.clone(),
+                queue_id,
+                visible_at_ms,
+                redeliver: Vec::new(),
+                fresh: None,
+            };
+            let mut waiting = false;
+            if let Some(s) = state {
+                for (offset, f) in &s.inflight {
+                    if f.visible_at_ms > now {
+                        waiting = true;
+                        let t = planned.next_visible_ms.get_or_insert(f.visible_at_ms);
+                        *t = (*t).min(f.visible_at_ms);
+                        if group.fifo {
+                            // In order: nothing after an invisible message.
+                            break;
+                        }
+                        continue;
+                    }
+                    if f.attempt >= group.max_delivery_attempts {
+                        planned.dead.push((queue_id, *offset, f.handle));
+                    } else if room > 0 {
+                        plan.redeliver.push((*offset, f.handle));
+                        room -= 1;
+                    }
+                }
+            }
+            // A FIFO queue with anything in flight delivers nothing new.
+            let blocked = group.fifo && (waiting || state.is_some_and(|s| !s.inflight.is_empty()));
+            if !blocked && room > 0 {
+                plan.fresh = self.fresh(r, queue_id, state, &mut room)?;
+            }
+            if !plan.redeliver.is_empty() || plan.fresh.is_some() {
+                planned.plans.push(plan);
+            }
+        }
+        Ok(planned)
+    }
+
+    /// Fresh offsets of one queue that pass the filter, up to `room`.
+    fn fresh(
+        &self,
+        r: &Receive,
+        queue_id: u32,
+        state: Option<&QueueState>,
+        room: &mut usize,
+    ) -> Result<Option<FreshRange>, BrokerError> {
+        let Some(cq) = self.node.store.queue(&r.topic, queue_id) else {
+            return Ok(None);
+        };
+        // A new group starts at the oldest message still kept; retention may
+        // have deleted what lies between the frontier and that.
+        let from = state.map_or(cq.min_offset(), |s| s.next);
+        let mut to = from.max(cq.min_offset());
+        let end = cq.max_offset().min(to.saturating_add(MAX_SCAN));
+        let mut offsets = Vec::new();
+        while to < end && *room > 0 {
+            let unit = cq.get(to).map_err(|e| BrokerError::Internal(e.to_string()))?;
+            to += 1;
+            if !r.filter.may_match(unit.tag_hash) {
+                continue;
+            }
+            if let TagFilter::Tags(_) = r.filter {
+                let matched = match self.node.store.commitlog().read_bytes(unit.phys, u64::from(unit.size)) {
+                    Ok(bytes) => MessageView::parse(&bytes).is_ok_and(|(v, _)| r.filter.matches(v.tag)),
+                    Err(_) => false,
+                };
+                if !matched {
+                    continue;
+                }
+            }
+            offsets.push(to - 1);
+            *room -= 1;
+        }
+        Ok((to > from).then_some(FreshRange { from, to, offsets }))
+    }
+
+    /// Acknowledges deliveries: one result per receipt (`None`: acked).
+    pub async fn ack(&self, group: &str, topic: &str, receipts: &[Receipt]) -> Result<Vec<bool>, BrokerError> {
+        let cmd = Command::admin(&AdminCommand::Ack {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            receipts: receipts.to_vec(),
+        });
+        match self.node.write(cmd).await?.1 {
+            Response::Acked(r) if r.len() == receipts.len() => Ok(r),
+            other => Err(BrokerError::Internal(format!("unexpected response to an ack: {other:?}"))),
+        }
+    }
+
+    /// Makes a delivery invisible for `invisible` from now; the new receipt.
+    pub async fn change_invisible(
+        &self,
+        group: &str,
+        topic: &str,
+        r: &Receipt,
+        invisible: Duration,
+    ) -> Result<Option<String>, BrokerError> {
+        let cmd = Command::admin(&AdminCommand::ChangeInvisible {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            receipt: *r,
+            visible_at_ms: now_ms().saturating_add(invisible.as_millis() as u64),
+        });
+        match self.node.write(cmd).await?.1 {
+            Response::Changed(h) => Ok(h.map(|handle| receipt::encode(&Receipt { handle, ..*r }))),
+            other => Err(BrokerError::Internal(format!("unexpected response: {other:?}"))),
+        }
+    }
+
+    /// Moves a delivery to the group's dead-letter topic: the copy and the
+    /// ack are one entry. `Ok(false)`: the receipt was stale.
+    pub async fn dead_letter(&self, group: &str, topic: &str, r: &Receipt) -> Result<bool, BrokerError> {
+        let dlq = consumption::dlq_topic(group);
+        if self.node.sm.topic(&dlq).is_none() {
+            let t = TopicConfig {
+                name: dlq.clone(),
+                read_queues: 1,
+                write_queues: 1,
+                perm: 6,
+                message_type: TopicMessageType::Mixed,
+            };
+            self.node.write(Command::admin(&AdminCommand::PutTopic(t))).await?;
+        }
+        let (_, bytes) = self
+            .node
+            .store
+            .message(topic, r.queue_id, r.offset)
+            .map_err(|e| BrokerError::Refused(Code::InvalidReceiptHandle, format!("message not found: {e}")))?;
+        let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+        let mut copy = crate::v2_message::stored_copy(&view);
+        copy.properties.push(("__rmq.dlq_origin".into(), format!("{topic}/{}/{}", r.queue_id, r.offset)));
+        drop(bytes);
+        let guard = AdminCommand::Ack {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            receipts: vec![*r],
+        };
+        let batch = SendBatch {
+            topic: dlq.clone(),
+            queue_id: 0,
+            messages: vec![copy],
+        };
+        let cmd = Command::guarded_send(&guard, &[batch], now_ms()).map_err(|e| BrokerError::Internal(e.to_string()))?;
+        match self.node.write(cmd).await?.1 {
+            Response::Sent(o) => {
+                let moved = matches!(o.first(), Some(raftmq_raft::BatchOutcome::Appended { .. }));
+                if moved {
+                    tracing::info!(group, topic, queue = r.queue_id, offset = r.offset, "moved to {dlq}");
+                }
+                Ok(moved)
+            }
+            other => Err(BrokerError::Internal(format!("unexpected response: {other:?}"))),
+        }
+    }
+}
+
+/// Consumer group names follow the topic name rule.
+pub fn validate_group(name: &str) -> Result<(), BrokerError> {
+    raftmq_store::queue_table::validate_topic(name)
+        .map_err(|e| BrokerError::Refused(Code::IllegalConsumerGroup, format!("consumer group: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_expressions() {
+        assert_eq!(TagFilter::parse("*").unwrap(), TagFilter::All);
+        assert_eq!(TagFilter::parse(" ").unwrap(), TagFilter::All);
+        let f = TagFilter::parse("a || b").unwrap();
+        assert!(f.may_match(tag_hash("a")) && f.matches("b") && !f.matches("c"));
+        assert!(TagFilter::parse("a || ").is_err());
+    }
+}
