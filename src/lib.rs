@@ -45,6 +45,7 @@ pub mod clients;
 pub mod config;
 pub mod error;
 pub mod group_cli;
+pub mod h2_authority;
 pub mod inspect;
 pub mod messaging_service;
 pub mod namesrv;

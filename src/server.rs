@@ -9,6 +9,7 @@ use raftmq_raft::RaftNode;
 use crate::broker::Broker;
 use crate::broker_service::BrokerService;
 use crate::config::BrokerConfig;
+use crate::h2_authority::LenientAuthority;
 use crate::messaging_service::MessagingService;
 
 /// A started node with its client services.
@@ -33,7 +34,8 @@ impl RunningBroker {
         let router = tonic::transport::Server::builder()
             .add_service(BrokerService::new(broker.clone()))
             .add_service(MessagingService::new(broker.clone()));
-        let server = raftmq_raft::serve::spawn(listener, router, stopped, "client");
+        // Official clients may send a multi-address :authority (see h2_authority).
+        let server = raftmq_raft::serve::spawn_wrapped(listener, router, stopped, "client", LenientAuthority::new);
         let registration = tokio::spawn(crate::registration::run(broker.clone(), stop.subscribe()));
         tracing::info!(node = broker.node.id, client = %client_addr, raft = %broker.node.raft_addr(), "broker started");
         Ok(RunningBroker {

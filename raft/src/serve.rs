@@ -1,9 +1,10 @@
 //! Serving gRPC on an already bound listener, the way every raftmq server
 //! does it (Raft transport, broker, NameServer).
 
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tonic::transport::server::Router;
+use tonic::transport::server::{Connected, Router};
 
 /// Serves `router` on `listener` until `stop` turns true.
 ///
@@ -13,12 +14,28 @@ use tonic::transport::server::Router;
 pub fn spawn(
     listener: TcpListener,
     router: Router,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     what: &'static str,
 ) -> tokio::task::JoinHandle<()> {
+    spawn_wrapped(listener, router, stop, what, |s| s)
+}
+
+/// As [`spawn`], with each accepted socket wrapped by `wrap` before tonic
+/// sees it.
+pub fn spawn_wrapped<IO, F>(
+    listener: TcpListener,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+    what: &'static str,
+    wrap: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(TcpStream) -> IO + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
     tokio::spawn(async move {
-        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-            s.and_then(|s| s.set_nodelay(true).map(|()| s))
+        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), move |s| {
+            s.and_then(|s| s.set_nodelay(true).map(|()| wrap(s)))
         });
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
