@@ -58,6 +58,60 @@ pub enum TopicCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ConsumerGroupCommand {
+    /// Create a consumer group in every broker group (or one, with --group).
+    Create(ConsumerGroupArgs),
+    /// Change a consumer group's settings.
+    Update(ConsumerGroupArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ConsumerGroupArgs {
+    #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+    namesrv: String,
+    /// Consumer group name: letters, digits, '%', '|', '_' and '-'.
+    #[arg(long = "name")]
+    name: String,
+    /// Deliver each queue in order: a queue's next message only after the
+    /// previous one is acknowledged (FIFO consumption).
+    #[arg(long)]
+    fifo: bool,
+    /// Deliveries before a message moves to %DLQ%<name> (default: the
+    /// broker's max_delivery_attempts, 16).
+    #[arg(long, default_value_t = 0)]
+    max_attempts: u32,
+    /// Only this broker group.
+    #[arg(long)]
+    group: Option<String>,
+}
+
+pub async fn run_consumer_group(cmd: ConsumerGroupCommand) -> anyhow::Result<()> {
+    let (ConsumerGroupCommand::Create(a) | ConsumerGroupCommand::Update(a)) = cmd;
+    raftmq_store::queue_table::validate_topic(&a.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    for (group, addr) in group_endpoints(&a.namesrv, a.group.as_deref()).await? {
+        BrokerClient::new(channel(&addr)?)
+            .put_consumer_group(pb::PutConsumerGroupRequest {
+                name: a.name.clone(),
+                fifo: a.fifo,
+                max_delivery_attempts: a.max_attempts,
+            })
+            .await
+            .map_err(|s| anyhow::anyhow!("group {group}: {}", s.message()))?;
+        println!(
+            "consumer group {} in broker group {group}: {}{}",
+            a.name,
+            if a.fifo { "FIFO" } else { "concurrent" },
+            if a.max_attempts > 0 {
+                format!(", at most {} deliveries", a.max_attempts)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
 #[derive(Debug, clap::Args)]
 pub struct TopicArgs {
     #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use openraft::ServerState;
 use openraft::async_runtime::WatchReceiver;
 use raftmq_raft::command::{AdminCommand, BatchOutcome, Response, SendBatch, TopicConfig};
+use raftmq_raft::consumption::GroupConfig;
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{Message, NodeAddr, RaftNode};
 use tonic::transport::Channel;
@@ -234,6 +235,15 @@ impl Broker {
             Response::Rejected(why) => Err(BrokerError::Invalid(why)),
             _ => Ok(()),
         }
+    }
+
+    pub async fn put_group_local(&self, mut g: GroupConfig) -> Result<(), BrokerError> {
+        crate::pop::validate_group(&g.name)?;
+        if g.max_delivery_attempts == 0 {
+            g.max_delivery_attempts = self.cfg.max_delivery_attempts;
+        }
+        self.node.write(raftmq_raft::Command::admin(&AdminCommand::PutGroup(g))).await?;
+        Ok(())
     }
 
     pub async fn delete_topic_local(&self, name: &str) -> Result<(), BrokerError> {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use raftmq_raft::NodeAddr;
 use raftmq_raft::command::{TopicConfig, TopicMessageType};
+use raftmq_raft::consumption::GroupConfig;
 use tonic::{Request, Response, Status};
 
 use crate::broker::{Broker, from_pb};
@@ -139,6 +140,29 @@ impl broker_server::Broker for BrokerService {
                 Ok(pb::PutTopicResponse {})
             },
             delete_topic
+        )?;
+        Ok(Response::new(out))
+    }
+
+    async fn put_consumer_group(
+        &self,
+        request: Request<pb::PutConsumerGroupRequest>,
+    ) -> Result<Response<pb::PutConsumerGroupResponse>, Status> {
+        let out = on_leader!(
+            self,
+            request,
+            req,
+            {
+                self.broker
+                    .put_group_local(GroupConfig {
+                        name: req.name.clone(),
+                        fifo: req.fifo,
+                        max_delivery_attempts: req.max_delivery_attempts,
+                    })
+                    .await?;
+                Ok(pb::PutConsumerGroupResponse {})
+            },
+            put_consumer_group
         )?;
         Ok(Response::new(out))
     }

@@ -47,6 +47,9 @@ pub enum Command {
     /// Create, update, delete, list topics and show their routes.
     #[command(subcommand)]
     Topic(crate::admin_cli::TopicCommand),
+    /// Create and update consumer groups (FIFO delivery, maximum attempts).
+    #[command(subcommand)]
+    ConsumerGroup(crate::admin_cli::ConsumerGroupCommand),
     /// Talk to a broker group over raftmq's own protocol (status, topics,
     /// send, read).
     #[command(subcommand)]
@@ -112,6 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Cluster(cmd) => runtime()?.block_on(crate::admin_cli::run_cluster(cmd)),
         Command::Topic(cmd) => runtime()?.block_on(crate::admin_cli::run_topic(cmd)),
+        Command::ConsumerGroup(cmd) => runtime()?.block_on(crate::admin_cli::run_consumer_group(cmd)),
         Command::Group(cmd) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?

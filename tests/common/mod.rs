@@ -11,12 +11,22 @@ use raftmq::pb;
 use raftmq::pb::broker_client::BrokerClient;
 use tonic::transport::Channel;
 
+/// A port nothing listens on, never the same twice in one test binary
+/// (tests run in parallel and the OS may hand a just-released port out again).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 pub struct Node {

@@ -1,0 +1,302 @@
+"""Scenarios run with the official RocketMQ 5 Python client
+(rocketmq-python-client 5.1.2, unmodified) against a real raftmq cluster.
+
+Driven by tests/python_client.rs, which starts the NameServer and the three
+broker processes, creates the topics and groups, and passes the access
+point. Each scenario asserts what it checks and exits non-zero on failure.
+A line "@@<action>" on stdout asks the driver to act (for example
+"@@kill-leader"); the driver answers with one line on stdin when done.
+
+Usage: compat.py SCENARIO --endpoints HOST:PORT[;HOST:PORT...] [options]
+"""
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def ask_driver(action):
+    print("@@" + action, flush=True)
+    reply = sys.stdin.readline().strip()
+    log("driver:", action, "->", reply)
+
+
+def config(args):
+    return ClientConfiguration(args.endpoints, Credentials("ak", "sk"), request_timeout=3)
+
+
+def message(topic, body, tag=None, keys=None, group=None, props=None):
+    m = Message()
+    m.topic = topic
+    m.body = body.encode()
+    if tag:
+        m.tag = tag
+    if keys:
+        m.keys = keys
+    if group:
+        m.message_group = group
+    for k, v in (props or {}).items():
+        m.add_property(k, v)
+    return m
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    log("ok:", what)
+
+
+def drain(consumer, want, deadline_s, invisible=15, ack=True):
+    """Receives until every body in `want` arrived (or the deadline);
+    returns the messages received, in order."""
+    got = []
+    seen = set()
+    end = time.time() + deadline_s
+    while not want <= seen and time.time() < end:
+        for m in consumer.receive(32, invisible):
+            got.append(m)
+            seen.add(m.body.decode())
+            if ack:
+                consumer.ack(m)
+    return got
+
+
+def producer_and_simple_consumer(args):
+    """Normal messages with tags, keys and properties; a tag filter;
+    concurrent async sends; ack, change of invisibility, redelivery after
+    the invisible time, and the move to the dead-letter queue after the
+    group's maximum attempts (the driver sets it to 3)."""
+    cfg = config(args)
+    topic = args.topic
+    p = Producer(cfg, (topic,))
+    p.startup()
+    try:
+        receipts = []
+        for i in range(10):
+            r = p.send(message(topic, "m%d" % i, tag="A" if i % 2 == 0 else "B", keys="k%d" % i, props={"n": str(i)}))
+            receipts.append(r)
+        check(all(r.message_id for r in receipts), "every send returned its message id")
+        futures = [p.send_async(message(topic, "async%d" % i, tag="C")) for i in range(20)]
+        async_ids = [f.result(timeout=10).message_id for f in futures]
+        check(len(set(async_ids)) == 20, "20 concurrent async sends acknowledged")
+
+        # Tag filter: only A.
+        c = SimpleConsumer(cfg, args.group + "-tags", {topic: FilterExpression("A")}, await_duration=2)
+        c.startup()
+        try:
+            got = drain(c, {"m%d" % i for i in range(0, 10, 2)}, 30)
+            bodies = sorted(m.body.decode() for m in got)
+            check(bodies == ["m0", "m2", "m4", "m6", "m8"], "tag filter A got exactly the A messages: %s" % bodies)
+            m = got[0]
+            check(m.tag == "A" and m.keys and m.properties.get("n") is not None, "tag, keys and properties arrive")
+            check(m.delivery_attempt == 1, "first delivery has attempt 1")
+            check(not m.corrupted, "body digest verified by the client")
+        finally:
+            c.shutdown()
+
+        # Redelivery, change of invisibility and dead-lettering, on tag B||C.
+        g = args.group + "-retry"
+        c = SimpleConsumer(cfg, g, {topic: FilterExpression("B || C")}, await_duration=2)
+        c.startup()
+        try:
+            want = {"m%d" % i for i in range(1, 10, 2)} | {"async%d" % i for i in range(20)}
+            first = drain(c, want, 30, invisible=3, ack=False)
+            check({m.body.decode() for m in first} == want, "B || C delivered all 25 messages")
+            keep = [m for m in first if m.body.decode() != "m1"]
+            m1 = [m for m in first if m.body.decode() == "m1"][0]
+            for m in keep:
+                c.ack(m)
+            # m1 is not acknowledged: it comes back after 3 s, attempt 2.
+            t0 = time.time()
+            again = drain(c, {"m1"}, 20, invisible=3, ack=False)
+            check([m.body.decode() for m in again] == ["m1"], "only the unacknowledged message is redelivered")
+            check(again[0].delivery_attempt == 2, "redelivery has attempt 2")
+            check(again[0].message_id == m1.message_id, "redelivery keeps the message id")
+            # Stretch its invisibility: not seen for 6 s.
+            c.change_invisible_duration(again[0], 6)
+            check(again[0].receipt_handle != m1.receipt_handle, "change of invisibility gave a new receipt handle")
+            early = c.receive(32, 3)
+            check(early == [] or all(m.body.decode() != "m1" for m in early), "not redelivered while invisible")
+            # Third delivery, then (max attempts 3) the dead-letter queue.
+            third = drain(c, {"m1"}, 20, invisible=2, ack=False)
+            check(third and third[0].delivery_attempt == 3, "third delivery has attempt 3")
+            check(time.time() - t0 >= 5, "the changed invisibility held")
+            time.sleep(3)
+            late = c.receive(32, 2)
+            check(all(m.body.decode() != "m1" for m in late), "after the last attempt it is not delivered again")
+        finally:
+            c.shutdown()
+        dlq = "%DLQ%" + g
+        d = SimpleConsumer(cfg, args.group + "-dlq-reader", {dlq: FilterExpression("*")}, await_duration=2)
+        d.startup()
+        try:
+            dead = drain(d, {"m1"}, 30)
+            check([m.body.decode() for m in dead] == ["m1"], "m1 is in %s" % dlq)
+            check(dead[0].message_id == m1.message_id, "the dead letter keeps its message id")
+        finally:
+            d.shutdown()
+    finally:
+        p.shutdown()
+
+
+def fifo(args):
+    """FIFO messages (message groups) into a FIFO topic, consumed by a FIFO
+    consumer group: per message group in send order, and a queue's next
+    message only after the previous one is acknowledged."""
+    cfg = config(args)
+    topic = args.topic
+    p = Producer(cfg, (topic,))
+    p.startup()
+    try:
+        for i in range(30):
+            p.send(message(topic, "%s-%d" % ("g%d" % (i % 3), i // 3), group="g%d" % (i % 3)))
+        # A normal message is refused by a FIFO topic.
+        try:
+            p.send(message(topic, "no-group"))
+            check(False, "a FIFO topic refuses a message without a message group")
+        except Exception as e:  # noqa: BLE001 - the client raises its own types
+            check(True, "a FIFO topic refuses a message without a message group (%s)" % type(e).__name__)
+    finally:
+        p.shutdown()
+    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression("*")}, await_duration=2)
+    c.startup()
+    try:
+        order = {}
+        end = time.time() + 60
+        total = 0
+        while total < 30 and time.time() < end:
+            msgs = c.receive(1, 10)
+            for m in msgs:
+                g, n = m.body.decode().split("-")
+                check(m.message_group == g, "message group %s arrives with the message" % g)
+                order.setdefault(g, []).append(int(n))
+            # While these are in flight, their queues deliver nothing more.
+            if msgs:
+                blocked = c.receive(1, 10)
+                groups_in_flight = {m.message_group for m in msgs}
+                check(all(m.message_group not in groups_in_flight for m in blocked),
+                      "no later message of an in-flight message group")
+                for m in msgs + blocked:
+                    c.ack(m)
+                for m in blocked:
+                    g, n = m.body.decode().split("-")
+                    order.setdefault(g, []).append(int(n))
+                total += len(msgs) + len(blocked)
+        for g, ns in sorted(order.items()):
+            check(ns == list(range(10)), "group %s in order: %s" % (g, ns))
+    finally:
+        c.shutdown()
+
+
+class Collect(MessageListener):
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.bodies = []
+
+    def consume(self, message):
+        with self.lock:
+            self.bodies.append(message.body.decode())
+        return ConsumeResult.SUCCESS
+
+
+def push(args):
+    """A PushConsumer gets every message (assignments from QueryAssignment,
+    long-polling receives, acks)."""
+    cfg = config(args)
+    topic = args.topic
+    listener = Collect()
+    pc = PushConsumer(cfg, args.group, listener, {topic: FilterExpression("*")})
+    pc.startup()
+    p = Producer(cfg, (topic,))
+    p.startup()
+    try:
+        for i in range(40):
+            p.send(message(topic, "push%d" % i))
+        want = {"push%d" % i for i in range(40)}
+        end = time.time() + 60
+        while time.time() < end:
+            with listener.lock:
+                if want <= set(listener.bodies):
+                    break
+            time.sleep(0.2)
+        with listener.lock:
+            check(want <= set(listener.bodies), "push consumer got all 40 (%d)" % len(set(listener.bodies) & want))
+    finally:
+        p.shutdown()
+        pc.shutdown()
+
+
+def failover(args):
+    """Sends through a leader crash: every acknowledged message is then
+    received. An unacknowledged in-flight message is redelivered after its
+    invisible time by the new leader, and an acknowledged one never."""
+    cfg = config(args)
+    topic = args.topic
+    p = Producer(cfg, (topic,))
+    p.startup()
+    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression("*")}, await_duration=2)
+    c.startup()
+    acked, failed = [], 0
+    try:
+        for i in range(2):
+            p.send(message(topic, "pre%d" % i))
+            acked.append("pre%d" % i)
+        pre = drain(c, {"pre0", "pre1"}, 30, invisible=8, ack=False)
+        check(len(pre) == 2, "two messages in flight before the crash")
+        c.ack([m for m in pre if m.body.decode() == "pre0"][0])
+        for i in range(120):
+            if i == 30:
+                ask_driver("kill-leader")
+            try:
+                p.send(message(topic, "f%d" % i))
+                acked.append("f%d" % i)
+            except Exception as e:  # noqa: BLE001
+                failed += 1
+                log("send f%d failed: %s" % (i, type(e).__name__))
+            time.sleep(0.05)
+        log("acked %d, failed %d" % (len(acked), failed))
+        check(len(acked) >= 100, "at least 100 of 122 sends acknowledged across the crash")
+        want = set(acked) - {"pre0"}
+        got = drain(c, want, 60, invisible=30)
+        bodies = [m.body.decode() for m in got]
+        check(want <= set(bodies), "every acknowledged message received after the crash")
+        check("pre0" not in bodies, "the message acknowledged before the crash is not redelivered")
+        pre1 = [m for m in got if m.body.decode() == "pre1"]
+        check(pre1 and pre1[0].delivery_attempt == 2, "the unacknowledged one is redelivered (attempt 2)")
+        print(json.dumps({"acked": len(acked), "failed": failed}), flush=True)
+    finally:
+        c.shutdown()
+        p.shutdown()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario", choices=["simple", "fifo", "push", "failover"])
+    ap.add_argument("--endpoints", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--group", required=True)
+    args = ap.parse_args()
+    {"simple": producer_and_simple_consumer, "fifo": fifo, "push": push, "failover": failover}[args.scenario](args)
+    log("scenario %s passed" % args.scenario)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+//! The official RocketMQ 5 Python client (`rocketmq-python-client` 5.1.2,
+//! unmodified) against a NameServer and a three-node group of real
+//! `raftmq` processes. The scenarios live in `tests/python/compat.py`;
+//! this file starts the cluster, runs them, and acts on their requests
+//! (such as killing the leader mid-run).
+//!
+//! The client is installed into a virtualenv under cargo's target tmp
+//! directory on first use (`.ci/run` does it up front), or taken from
+//! `RAFTMQ_PYTHON` (a Python with the client installed).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Namesrv, raftmq_cli};
+
+const CLIENT: &str = "rocketmq-python-client==5.1.2";
+
+/// A Python interpreter with the official client, installing it if needed.
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("RAFTMQ_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let venv = root.join("python-venv");
+    let py = venv.join("bin/python");
+    let ready = venv.join(".installed");
+    // One installer at a time (tests run in parallel threads and binaries).
+    let lock = std::fs::File::create(root.join("python-venv.lock")).unwrap();
+    // SAFETY: flock on a file descriptor we own.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
+    if !ready.exists() {
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "python3 -m venv failed: Python 3 with venv is needed");
+        let ok = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", CLIENT])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "pip install {CLIENT} failed (is PyPI reachable?)");
+        std::fs::write(&ready, CLIENT).unwrap();
+    }
+    py
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    namesrv: Namesrv,
+    cluster: Cluster,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let namesrv = Namesrv::start(dir.path(), "namesrv", 120_000);
+        let extra = format!(
+            "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 500\nmax_delivery_attempts = 3\n",
+            namesrv.addr
+        );
+        let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
+        cluster.leader().await;
+        Env { dir, namesrv, cluster }
+    }
+
+    /// Runs a raftmq admin command until it succeeds (the brokers may not
+    /// have registered with the NameServer yet).
+    fn admin(&self, args: &[&str]) {
+        let mut all = args.to_vec();
+        all.extend(["--namesrv", &self.namesrv.addr]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ok, out, err) = raftmq_cli(&all);
+            if ok {
+                eprint!("{out}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "raftmq {args:?} failed: {err}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Every node as one access point list.
+    fn endpoints(&self) -> String {
+        self.cluster
+            .nodes
+            .iter()
+            .map(|n| n.client_addr.clone())
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// Runs one scenario; panics with its output if it fails.
+    async fn scenario(&mut self, name: &str, endpoints: &str, topic: &str, group: &str) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/compat.py");
+        let log = self.dir.path().join(format!("python-{name}.log"));
+        let mut child = Command::new(python())
+            .arg(script)
+            .args([name, "--endpoints", endpoints, "--topic", topic, "--group", group])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut output = String::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+        loop {
+            let line = match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(l)) => l,
+                Ok(None) => break,
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("scenario {name} timed out:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+                }
+            };
+            match line.as_str() {
+                "@@kill-leader" => {
+                    let leader = self.cluster.leader().await;
+                    eprintln!("scenario {name}: killing leader node {leader}");
+                    self.cluster.kill(leader);
+                    writeln!(stdin, "killed node {leader}").unwrap();
+                    stdin.flush().unwrap();
+                }
+                other => {
+                    output.push_str(other);
+                    output.push('\n');
+                }
+            }
+        }
+        let status = child.wait().unwrap();
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        eprintln!("--- scenario {name}:\n{log}");
+        assert!(status.success(), "scenario {name} failed ({status})");
+        output
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn producer_simple_fifo_and_push_consumers() {
+    let mut env = Env::start().await;
+    env.admin(&["topic", "create", "--topic", "Normal", "--queues", "4"]);
+    env.admin(&["topic", "create", "--topic", "Ordered", "--queues", "4", "--message-type", "FIFO"]);
+    env.admin(&["consumer-group", "create", "--name", "Fifo", "--fifo"]);
+    // A follower alone as the access point: everything it cannot do itself
+    // it forwards to the leader.
+    let leader = env.cluster.leader().await;
+    let follower = env.cluster.nodes.iter().find(|n| n.id != leader).unwrap().client_addr.clone();
+    env.scenario("simple", &follower, "Normal", "Simple").await;
+    let all = env.endpoints();
+    env.scenario("fifo", &all, "Ordered", "Fifo").await;
+    env.admin(&["topic", "create", "--topic", "Pushed", "--queues", "4"]);
+    env.scenario("push", &all, "Pushed", "Push").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acknowledged_messages_survive_a_leader_crash() {
+    let mut env = Env::start().await;
+    env.admin(&["topic", "create", "--topic", "Failover", "--queues", "4"]);
+    let all = env.endpoints();
+    let out = env.scenario("failover", &all, "Failover", "Survivor").await;
+    eprintln!("{out}");
+}
