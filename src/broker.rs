@@ -17,11 +17,11 @@ use tonic::transport::Channel;
 
 use crate::batcher::Batcher;
 use crate::clients::Clients;
-use crate::pop::{GroupDefaults, Popper};
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::pb;
 use crate::pb::broker_client::BrokerClient;
+use crate::pop::{GroupDefaults, Popper};
 
 /// How long a follower waits for a leader to forward to.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
@@ -118,7 +118,13 @@ impl Broker {
     }
 
     /// Commits a consumer group's offset in a queue (offset-based consumers).
-    pub async fn commit_offset_local(&self, group: &str, topic: &str, queue_id: u32, offset: u64) -> Result<(), BrokerError> {
+    pub async fn commit_offset_local(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
         let cmd = raftmq_raft::Command::admin(&AdminCommand::CommitOffset {
             group: group.to_string(),
             topic: topic.to_string(),
@@ -242,7 +248,9 @@ impl Broker {
         if g.max_delivery_attempts == 0 {
             g.max_delivery_attempts = self.cfg.max_delivery_attempts;
         }
-        self.node.write(raftmq_raft::Command::admin(&AdminCommand::PutGroup(g))).await?;
+        self.node
+            .write(raftmq_raft::Command::admin(&AdminCommand::PutGroup(g)))
+            .await?;
         Ok(())
     }
 

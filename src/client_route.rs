@@ -15,7 +15,7 @@ use raftmq_raft::command::{PERM_READ, PERM_WRITE, TopicMessageType};
 use crate::broker::Broker;
 use crate::error::BrokerError;
 use crate::pb;
-use crate::rocketmq::v2 as v2;
+use crate::rocketmq::v2;
 use crate::route_cache::{RouteCache, RouteError};
 use crate::v2_message::accepted_types;
 
@@ -32,7 +32,11 @@ pub struct GroupQueues {
 }
 
 /// The topic's queues in every group that has it; empty when none has it.
-pub async fn groups_of(broker: &Broker, routes: Option<&RouteCache>, topic: &str) -> Result<Vec<GroupQueues>, BrokerError> {
+pub async fn groups_of(
+    broker: &Broker,
+    routes: Option<&RouteCache>,
+    topic: &str,
+) -> Result<Vec<GroupQueues>, BrokerError> {
     let mut groups = Vec::new();
     if let Some(t) = broker.node.sm.topic(topic) {
         groups.push(local(broker, &t));
@@ -163,10 +167,7 @@ mod tests {
         let e = b.endpoints.as_ref().unwrap();
         assert_eq!((e.scheme, e.addresses.len()), (v2::AddressScheme::IPv4 as i32, 2));
         assert_eq!(q[0].accept_message_types, vec![v2::MessageType::Fifo as i32]);
-        assert_eq!(
-            endpoints(&["[::1]:80".into()]).scheme,
-            v2::AddressScheme::IPv6 as i32
-        );
+        assert_eq!(endpoints(&["[::1]:80".into()]).scheme, v2::AddressScheme::IPv6 as i32);
         assert_eq!(
             endpoints(&["broker-1:80".into()]).scheme,
             v2::AddressScheme::DomainName as i32

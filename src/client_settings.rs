@@ -10,7 +10,7 @@ use std::time::Duration;
 use raftmq_raft::consumption::GroupConfig;
 
 use crate::config::BrokerConfig;
-use crate::rocketmq::v2 as v2;
+use crate::rocketmq::v2;
 use crate::v2_message::duration;
 
 /// RocketMQ's redelivery delays after a failed consumption: delay levels 3

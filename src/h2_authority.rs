@@ -248,7 +248,9 @@ impl Fixer {
             return Err(invalid("HTTP/2: decoded headers too large"));
         }
         headers.retain_mut(|(name, value)| name.as_slice() != b":authority" || fix_authority(value));
-        let block = self.encoder.encode(headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())));
+        let block = self
+            .encoder
+            .encode(headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())));
         let first_room = MAX_FRAME - if p.priority.is_some() { 5 } else { 0 };
         let first_len = block.len().min(first_room);
         let mut flags = if p.end_stream { FLAG_END_STREAM } else { 0 };

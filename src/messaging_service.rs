@@ -34,7 +34,7 @@ use crate::client_route::{self, GroupQueues};
 use crate::error::BrokerError;
 use crate::pop::{self, MAX_INVISIBLE, Receive, TagFilter};
 use crate::receipt;
-use crate::rocketmq::v2 as v2;
+use crate::rocketmq::v2;
 use crate::rocketmq::v2::Code;
 use crate::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 use crate::rocketmq::v2::messaging_service_server::{MessagingService as Service, MessagingServiceServer};
@@ -117,7 +117,9 @@ macro_rules! v2_on_leader {
                 Err(e) => break Err(e),
                 Ok(None) => break $local,
                 Ok(Some(_)) if forwarded => {
-                    break Err(BrokerError::Unavailable("this node is not the leader either; retry".into()));
+                    break Err(BrokerError::Unavailable(
+                        "this node is not the leader either; retry".into(),
+                    ));
                 }
                 Ok(Some(channel)) => {
                     let mut fwd = Request::from_parts(meta.clone(), Default::default(), $req.clone());
@@ -206,7 +208,10 @@ impl MessagingService {
     /// batch per (topic, queue). Runs on the leader.
     async fn send_local(&self, req: v2::SendMessageRequest) -> Result<v2::SendMessageResponse, BrokerError> {
         if req.messages.is_empty() {
-            return Err(BrokerError::Refused(Code::BadRequest, "a send needs at least one message".into()));
+            return Err(BrokerError::Refused(
+                Code::BadRequest,
+                "a send needs at least one message".into(),
+            ));
         }
         let n = req.messages.len();
         // A request's messages without a message group share one queue.
@@ -224,7 +229,10 @@ impl MessagingService {
             let out = v2_message::incoming(m, &topic, self.broker.cfg.max_body_bytes)
                 .map_err(|Refusal { code, message }| BrokerError::Refused(code, message))?;
             if !topic.writable() || topic.write_queues == 0 {
-                return Err(BrokerError::Refused(Code::Forbidden, format!("topic {name} is not writable")));
+                return Err(BrokerError::Refused(
+                    Code::Forbidden,
+                    format!("topic {name} is not writable"),
+                ));
             }
             let group = out
                 .message
@@ -280,7 +288,11 @@ impl MessagingService {
         let group = group_name(req.group.as_ref())?;
         let mq = req.message_queue.unwrap_or_default();
         let topic = topic_name(mq.topic.as_ref())?;
-        let namespace = mq.topic.as_ref().map(|t| t.resource_namespace.clone()).unwrap_or_default();
+        let namespace = mq
+            .topic
+            .as_ref()
+            .map(|t| t.resource_namespace.clone())
+            .unwrap_or_default();
         let filter = filter_of(req.filter_expression.as_ref())?;
         let invisible = invisible_time(
             req.invisible_duration.as_ref(),
@@ -295,7 +307,11 @@ impl MessagingService {
         if let Some(d) = client_deadline {
             wait = wait.min(d.saturating_sub(DEADLINE_RESERVE.max(d / 20)));
         }
-        let batch = if req.batch_size <= 0 { 32 } else { req.batch_size as usize };
+        let batch = if req.batch_size <= 0 {
+            32
+        } else {
+            req.batch_size as usize
+        };
         let r = Receive {
             group,
             topic: topic.clone(),
@@ -317,7 +333,12 @@ impl MessagingService {
         let host = self.broker.client_addr();
         for d in delivered {
             let Ok((view, _)) = MessageView::parse(&d.bytes) else {
-                tracing::error!(topic, queue = d.queue_id, offset = d.offset, "stored message does not parse");
+                tracing::error!(
+                    topic,
+                    queue = d.queue_id,
+                    offset = d.offset,
+                    "stored message does not parse"
+                );
                 continue;
             };
             let m = v2_message::outgoing(
@@ -354,9 +375,14 @@ impl MessagingService {
         group_name(req.group.as_ref())?;
         let mq = req.message_queue.unwrap_or_default();
         let topic = topic_name(mq.topic.as_ref())?;
-        let namespace = mq.topic.as_ref().map(|t| t.resource_namespace.clone()).unwrap_or_default();
+        let namespace = mq
+            .topic
+            .as_ref()
+            .map(|t| t.resource_namespace.clone())
+            .unwrap_or_default();
         let filter = filter_of(req.filter_expression.as_ref())?;
-        let queue_id = u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
+        let queue_id =
+            u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
         let offset = u64::try_from(req.offset)
             .map_err(|_| BrokerError::Refused(Code::IllegalOffset, "negative offset".into()))?;
         if self.broker.node.sm.topic(&topic).is_none() {
@@ -433,7 +459,15 @@ impl MessagingService {
         }
     }
 
-    fn pulled(&self, view: &MessageView<'_>, topic: &str, namespace: &str, queue_id: u32, offset: u64, host: &str) -> v2::Message {
+    fn pulled(
+        &self,
+        view: &MessageView<'_>,
+        topic: &str,
+        namespace: &str,
+        queue_id: u32,
+        offset: u64,
+        host: &str,
+    ) -> v2::Message {
         v2_message::outgoing(
             view,
             &Delivery {
@@ -539,7 +573,10 @@ impl Service for MessagingService {
         }))
     }
 
-    async fn heartbeat(&self, request: Request<v2::HeartbeatRequest>) -> Result<Response<v2::HeartbeatResponse>, Status> {
+    async fn heartbeat(
+        &self,
+        request: Request<v2::HeartbeatRequest>,
+    ) -> Result<Response<v2::HeartbeatResponse>, Status> {
         let id = header(request.metadata(), CLIENT_ID).to_string();
         let language = header(request.metadata(), LANGUAGE).to_string();
         let req = request.into_inner();
@@ -565,7 +602,12 @@ impl Service for MessagingService {
             .get_ref()
             .messages
             .iter()
-            .map(|m| m.system_properties.as_ref().map(|s| s.message_id.clone()).unwrap_or_default())
+            .map(|m| {
+                m.system_properties
+                    .as_ref()
+                    .map(|s| s.message_id.clone())
+                    .unwrap_or_default()
+            })
             .collect();
         let out = v2_on_leader!(self, request, req, self.send_local(req).await, send_message);
         Ok(Response::new(match out {
@@ -641,7 +683,10 @@ impl Service for MessagingService {
         Ok(Response::new(stream_of(items)))
     }
 
-    async fn ack_message(&self, request: Request<v2::AckMessageRequest>) -> Result<Response<v2::AckMessageResponse>, Status> {
+    async fn ack_message(
+        &self,
+        request: Request<v2::AckMessageRequest>,
+    ) -> Result<Response<v2::AckMessageResponse>, Status> {
         let n = request.get_ref().entries.len();
         let out = v2_on_leader!(
             self,
@@ -667,7 +712,9 @@ impl Service for MessagingService {
                         message_id: e.message_id.clone(),
                         receipt_handle: e.receipt_handle.clone(),
                         status: Some(match d {
-                            None => decode_receipt(&e.receipt_handle).err().map_or_else(ok, |e| e.v2_status()),
+                            None => decode_receipt(&e.receipt_handle)
+                                .err()
+                                .map_or_else(ok, |e| e.v2_status()),
                             Some(_) if acked.next() == Some(true) => ok(),
                             Some(_) => stale_receipt(),
                         }),
@@ -765,7 +812,9 @@ impl Service for MessagingService {
                 let offset = u64::try_from(req.offset)
                     .map_err(|_| BrokerError::Refused(Code::IllegalOffset, "negative offset".into()))?;
                 self.broker.popper.group(&group).await?;
-                self.broker.commit_offset_local(&group, &topic, queue_id, offset).await?;
+                self.broker
+                    .commit_offset_local(&group, &topic, queue_id, offset)
+                    .await?;
                 Ok(v2::UpdateOffsetResponse { status: Some(ok()) })
             }
             .await,
@@ -776,13 +825,17 @@ impl Service for MessagingService {
         })))
     }
 
-    async fn get_offset(&self, request: Request<v2::GetOffsetRequest>) -> Result<Response<v2::GetOffsetResponse>, Status> {
+    async fn get_offset(
+        &self,
+        request: Request<v2::GetOffsetRequest>,
+    ) -> Result<Response<v2::GetOffsetResponse>, Status> {
         let req = request.into_inner();
         let out = (|| {
             let group = group_name(req.group.as_ref())?;
             let mq = req.message_queue.clone().unwrap_or_default();
             let topic = topic_name(mq.topic.as_ref())?;
-            let queue_id = u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
+            let queue_id =
+                u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
             self.broker
                 .node
                 .sm
@@ -817,7 +870,8 @@ impl Service for MessagingService {
             if self.broker.node.sm.topic(&topic).is_none() {
                 return Err(BrokerError::TopicNotFound(topic));
             }
-            let queue_id = u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
+            let queue_id =
+                u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
             let store = &self.broker.node.store;
             let Some(cq) = store.queue(&topic, queue_id) else {
                 return Ok(0);
@@ -857,7 +911,10 @@ impl Service for MessagingService {
         _request: Request<v2::EndTransactionRequest>,
     ) -> Result<Response<v2::EndTransactionResponse>, Status> {
         Ok(Response::new(v2::EndTransactionResponse {
-            status: Some(status(Code::Unsupported, "transactional messages are not supported yet")),
+            status: Some(status(
+                Code::Unsupported,
+                "transactional messages are not supported yet",
+            )),
         }))
     }
 
@@ -917,7 +974,9 @@ impl Service for MessagingService {
     ) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
         let id = header(request.metadata(), CLIENT_ID).to_string();
         self.broker.clients.remove(&id);
-        Ok(Response::new(v2::NotifyClientTerminationResponse { status: Some(ok()) }))
+        Ok(Response::new(v2::NotifyClientTerminationResponse {
+            status: Some(ok()),
+        }))
     }
 
     async fn change_invisible_duration(
@@ -934,7 +993,12 @@ impl Service for MessagingService {
                 let r = decode_receipt(&req.receipt_handle)?;
                 let invisible = invisible_time(req.invisible_duration.as_ref(), Duration::ZERO)?;
                 Ok(
-                    match self.broker.popper.change_invisible(&group, &topic, &r, invisible).await? {
+                    match self
+                        .broker
+                        .popper
+                        .change_invisible(&group, &topic, &r, invisible)
+                        .await?
+                    {
                         Some(handle) => v2::ChangeInvisibleDurationResponse {
                             status: Some(ok()),
                             receipt_handle: handle,
@@ -949,9 +1013,11 @@ impl Service for MessagingService {
             .await,
             change_invisible_duration
         );
-        Ok(Response::new(out.unwrap_or_else(|e| v2::ChangeInvisibleDurationResponse {
-            status: Some(e.v2_status()),
-            receipt_handle: String::new(),
+        Ok(Response::new(out.unwrap_or_else(|e| {
+            v2::ChangeInvisibleDurationResponse {
+                status: Some(e.v2_status()),
+                receipt_handle: String::new(),
+            }
         })))
     }
 
@@ -960,7 +1026,10 @@ impl Service for MessagingService {
         _request: Request<v2::RecallMessageRequest>,
     ) -> Result<Response<v2::RecallMessageResponse>, Status> {
         Ok(Response::new(v2::RecallMessageResponse {
-            status: Some(status(Code::Unsupported, "recalling timed messages is not supported yet")),
+            status: Some(status(
+                Code::Unsupported,
+                "recalling timed messages is not supported yet",
+            )),
             message_id: String::new(),
         }))
     }
@@ -995,7 +1064,10 @@ mod tests {
     #[test]
     fn overall_status() {
         assert_eq!(overall(&[ok(), ok()]).code, Code::Ok as i32);
-        assert_eq!(overall(&[stale_receipt(), stale_receipt()]).code, Code::InvalidReceiptHandle as i32);
+        assert_eq!(
+            overall(&[stale_receipt(), stale_receipt()]).code,
+            Code::InvalidReceiptHandle as i32
+        );
         assert_eq!(overall(&[ok(), stale_receipt()]).code, Code::MultipleResults as i32);
     }
 }

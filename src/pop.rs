@@ -110,12 +110,14 @@ pub struct Delivered {
     pub bytes: bytes::Bytes,
 }
 
+type PlanningLock = Arc<tokio::sync::Mutex<()>>;
+
 /// The leader's consumption logic; one per broker.
 pub struct Popper {
     node: Arc<RaftNode>,
     defaults: GroupDefaults,
     /// One planning lock per (group, topic).
-    locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<(String, String), PlanningLock>>,
 }
 
 /// What a group created on first use gets.
@@ -143,7 +145,7 @@ impl Popper {
         }
     }
 
-    fn lock_for(&self, group: &str, topic: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn lock_for(&self, group: &str, topic: &str) -> PlanningLock {
         let mut locks = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         locks.entry((group.to_string(), topic.to_string())).or_default().clone()
     }
@@ -227,7 +229,11 @@ impl Popper {
     }
 
     /// One planning round: plans, proposes, and reads what was delivered.
-    async fn try_receive(&self, r: &Receive, group: &GroupConfig) -> Result<(Vec<Delivered>, Option<u64>), BrokerError> {
+    async fn try_receive(
+        &self,
+        r: &Receive,
+        group: &GroupConfig,
+    ) -> Result<(Vec<Delivered>, Option<u64>), BrokerError> {
         let lock = self.lock_for(&r.group, &r.topic);
         let _planning = lock.lock().await;
         let now = now_ms();
@@ -240,7 +246,13 @@ impl Popper {
                 handle: *handle,
             };
             if let Err(e) = self.dead_letter(&r.group, &r.topic, &receipt).await {
-                tracing::warn!(group = r.group, topic = r.topic, queue_id, offset, "dead-letter move failed: {e}");
+                tracing::warn!(
+                    group = r.group,
+                    topic = r.topic,
+                    queue_id,
+                    offset,
+                    "dead-letter move failed: {e}"
+                );
             }
         }
         if planned.plans.is_empty() {
@@ -253,7 +265,11 @@ impl Popper {
         let popped = match resp {
             Response::Popped(p) => p,
             Response::Rejected(why) => return Err(BrokerError::Invalid(why)),
-            other => return Err(BrokerError::Internal(format!("unexpected response to a pop: {other:?}"))),
+            other => {
+                return Err(BrokerError::Internal(format!(
+                    "unexpected response to a pop: {other:?}"
+                )));
+            }
         };
         let mut out = Vec::new();
         for (plan, Popped { handle, delivered }) in planned.plans.iter().zip(popped) {
@@ -391,7 +407,9 @@ impl Popper {
         });
         match self.node.write(cmd).await?.1 {
             Response::Acked(r) if r.len() == receipts.len() => Ok(r),
-            other => Err(BrokerError::Internal(format!("unexpected response to an ack: {other:?}"))),
+            other => Err(BrokerError::Internal(format!(
+                "unexpected response to an ack: {other:?}"
+            ))),
         }
     }
 
@@ -436,7 +454,10 @@ impl Popper {
             .map_err(|e| BrokerError::Refused(Code::InvalidReceiptHandle, format!("message not found: {e}")))?;
         let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
         let mut copy = crate::v2_message::stored_copy(&view);
-        copy.properties.push(("__rmq.dlq_origin".into(), format!("{topic}/{}/{}", r.queue_id, r.offset)));
+        copy.properties.push((
+            "__rmq.dlq_origin".into(),
+            format!("{topic}/{}/{}", r.queue_id, r.offset),
+        ));
         drop(bytes);
         let guard = AdminCommand::Ack {
             group: group.to_string(),
@@ -448,7 +469,8 @@ impl Popper {
             queue_id: 0,
             messages: vec![copy],
         };
-        let cmd = Command::guarded_send(&guard, &[batch], now_ms()).map_err(|e| BrokerError::Internal(e.to_string()))?;
+        let cmd =
+            Command::guarded_send(&guard, &[batch], now_ms()).map_err(|e| BrokerError::Internal(e.to_string()))?;
         match self.node.write(cmd).await?.1 {
             Response::Sent(o) => {
                 let moved = matches!(o.first(), Some(raftmq_raft::BatchOutcome::Appended { .. }));

@@ -62,7 +62,15 @@ mod tests {
         };
         let s = encode(&r);
         assert_eq!(decode(&s), Some(r));
-        for bad in ["", "1", "1.7.0.0", "2.7.0.0.0", "x.y.z.w.v", &s[..s.len() - 1], &"9".repeat(500)] {
+        for bad in [
+            "",
+            "1",
+            "1.7.0.0",
+            "2.7.0.0.0",
+            "x.y.z.w.v",
+            &s[..s.len() - 1],
+            &"9".repeat(500),
+        ] {
             assert_eq!(decode(bad), None, "{bad}");
         }
         // One changed digit fails the check.

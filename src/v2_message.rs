@@ -14,7 +14,7 @@ use raftmq_raft::command::TopicMessageType;
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{Message, TopicConfig};
 
-use crate::rocketmq::v2 as v2;
+use crate::rocketmq::v2;
 use crate::rocketmq::v2::Code;
 
 /// Property names starting with this are the broker's.
@@ -89,11 +89,17 @@ pub fn incoming(m: v2::Message, topic: &TopicConfig, max_body: usize) -> Result<
     }
     let tag = sp.tag.unwrap_or_default();
     if !tag.is_empty() && (!is_clean(&tag) || tag.contains('|') || tag.len() > MAX_TAG_LEN) {
-        return Err(bad(Code::IllegalMessageTag, format!("tag {tag:?} is blank, too long or contains '|'")));
+        return Err(bad(
+            Code::IllegalMessageTag,
+            format!("tag {tag:?} is blank, too long or contains '|'"),
+        ));
     }
     for k in &sp.keys {
         if !is_clean(k) || k.chars().any(char::is_whitespace) || k.len() > MAX_KEY_LEN {
-            return Err(bad(Code::IllegalMessageKey, format!("key {k:?} is blank, too long or contains whitespace")));
+            return Err(bad(
+                Code::IllegalMessageKey,
+                format!("key {k:?} is blank, too long or contains whitespace"),
+            ));
         }
     }
     if m.body.is_empty() {
@@ -108,7 +114,10 @@ pub fn incoming(m: v2::Message, topic: &TopicConfig, max_body: usize) -> Result<
     let mut props_bytes = 0usize;
     for (k, v) in &m.user_properties {
         if !is_clean(k) || k.starts_with(RESERVED_PREFIX) || k.len() > u16::MAX as usize {
-            return Err(bad(Code::IllegalMessagePropertyKey, format!("property name {k:?} is not allowed")));
+            return Err(bad(
+                Code::IllegalMessagePropertyKey,
+                format!("property name {k:?} is not allowed"),
+            ));
         }
         props_bytes += k.len() + v.len();
     }
@@ -133,10 +142,16 @@ pub fn incoming(m: v2::Message, topic: &TopicConfig, max_body: usize) -> Result<
     };
     match kind {
         v2::MessageType::Normal if !group.is_empty() => {
-            return Err(bad(Code::MessagePropertyConflictWithType, "a NORMAL message has no message group"));
+            return Err(bad(
+                Code::MessagePropertyConflictWithType,
+                "a NORMAL message has no message group",
+            ));
         }
         v2::MessageType::Fifo if group.is_empty() => {
-            return Err(bad(Code::MessagePropertyConflictWithType, "a FIFO message needs a message group"));
+            return Err(bad(
+                Code::MessagePropertyConflictWithType,
+                "a FIFO message needs a message group",
+            ));
         }
         v2::MessageType::Normal | v2::MessageType::Fifo => {}
         other => {
@@ -182,9 +197,7 @@ pub fn incoming(m: v2::Message, topic: &TopicConfig, max_body: usize) -> Result<
         body: m.body,
         born_timestamp_ms: born,
     };
-    message
-        .validate()
-        .map_err(|e| bad(Code::BadRequest, e.to_string()))?;
+    message.validate().map_err(|e| bad(Code::BadRequest, e.to_string()))?;
     Ok(Outgoing {
         topic: name,
         queue_id,
@@ -302,7 +315,10 @@ pub fn timestamp(ms: u64) -> prost_types::Timestamp {
 }
 
 pub fn millis_of(t: &prost_types::Timestamp) -> u64 {
-    let ms = t.seconds.saturating_mul(1000).saturating_add(i64::from(t.nanos) / 1_000_000);
+    let ms = t
+        .seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(t.nanos) / 1_000_000);
     u64::try_from(ms).unwrap_or(0)
 }
 

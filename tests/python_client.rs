@@ -31,7 +31,10 @@ fn python() -> PathBuf {
     // One installer at a time (tests run in parallel threads and binaries).
     let lock = std::fs::File::create(root.join("python-venv.lock")).unwrap();
     // SAFETY: flock on a file descriptor we own.
-    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
     if !ready.exists() {
         let ok = Command::new("python3")
             .args(["-m", "venv"])
@@ -123,7 +126,10 @@ impl Env {
                 Ok(None) => break,
                 Err(_) => {
                     let _ = child.kill();
-                    panic!("scenario {name} timed out:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+                    panic!(
+                        "scenario {name} timed out:\n{}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
                 }
             };
             match line.as_str() {
@@ -152,12 +158,28 @@ impl Env {
 async fn producer_simple_fifo_and_push_consumers() {
     let mut env = Env::start().await;
     env.admin(&["topic", "create", "--topic", "Normal", "--queues", "4"]);
-    env.admin(&["topic", "create", "--topic", "Ordered", "--queues", "4", "--message-type", "FIFO"]);
+    env.admin(&[
+        "topic",
+        "create",
+        "--topic",
+        "Ordered",
+        "--queues",
+        "4",
+        "--message-type",
+        "FIFO",
+    ]);
     env.admin(&["consumer-group", "create", "--name", "Fifo", "--fifo"]);
     // A follower alone as the access point: everything it cannot do itself
     // it forwards to the leader.
     let leader = env.cluster.leader().await;
-    let follower = env.cluster.nodes.iter().find(|n| n.id != leader).unwrap().client_addr.clone();
+    let follower = env
+        .cluster
+        .nodes
+        .iter()
+        .find(|n| n.id != leader)
+        .unwrap()
+        .client_addr
+        .clone();
     env.scenario("simple", &follower, "Normal", "Simple").await;
     let all = env.endpoints();
     env.scenario("fifo", &all, "Ordered", "Fifo").await;

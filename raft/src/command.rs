@@ -467,7 +467,10 @@ mod tests {
         let (at, len, _) = views[0].messages[0];
         assert_eq!(MessageView::parse(&cmd.bytes()[at..]).unwrap().1, len);
         for cut in 0..cmd.bytes().len() {
-            assert!(Command::from_bytes(cmd.bytes().slice(..cut)).decode().is_err(), "cut {cut}");
+            assert!(
+                Command::from_bytes(cmd.bytes().slice(..cut)).decode().is_err(),
+                "cut {cut}"
+            );
         }
     }
 

@@ -34,9 +34,10 @@ where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
-        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), move |s| {
-            s.and_then(|s| s.set_nodelay(true).map(|()| wrap(s)))
-        });
+        let incoming =
+            tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), move |s| {
+                s.and_then(|s| s.set_nodelay(true).map(|()| wrap(s)))
+            });
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
