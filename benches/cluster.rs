@@ -7,6 +7,12 @@
 //! (`Ping` with the same payload) at the same concurrency: the transport's
 //! ceiling, with the ratio.
 //!
+//! Then the same through the RocketMQ client protocol (`apache.rocketmq.v2`):
+//! `SendMessage` at 1, 16 and 64 producers (with the ratio to raftmq's own
+//! `Send` measured above), the rate at which 4 consumers drain what was sent
+//! (`ReceiveMessage` + `AckMessage`), and end-to-end latency (send to
+//! receive) with producers and long-polling consumers running together.
+//!
 //! Environment: `RAFTMQ_BENCH_SECS` (per case, default 3), `RAFTMQ_BENCH_DIR`.
 
 use std::time::{Duration, Instant};
@@ -14,6 +20,8 @@ use std::time::{Duration, Instant};
 use raftmq::config::{BrokerConfig, PeerConfig};
 use raftmq::pb;
 use raftmq::pb::broker_client::BrokerClient;
+use raftmq::rocketmq::v2;
+use raftmq::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 use raftmq::server::RunningBroker;
 use raftmq_store::{FlushMode, StoreConfig};
 
@@ -204,6 +212,7 @@ fn main() {
                 .await
                 .unwrap();
             let body = bytes::Bytes::from(vec![b'x'; PAYLOAD]);
+            let mut v1_rates = Vec::new();
             for concurrency in [1usize, 16, 64] {
                 // One channel per 8 tasks, as real clients would share them.
                 let mut clients = Vec::new();
@@ -240,6 +249,7 @@ fn main() {
                     async move { client.ping(pb::PingRequest { payload }).await.is_ok() }
                 })
                 .await;
+                v1_rates.push(sends.rate());
                 println!(
                     "{:<6} {:>5} {:>12.0} {:>9.2} {:>9.2} {:>7} {:>10.1} {:>14.0} {:>7.0}%",
                     format!("{flush:?}").to_lowercase(),
@@ -253,9 +263,218 @@ fn main() {
                     100.0 * sends.rate() / pings.rate()
                 );
             }
+            client_protocol(&addr, flush, secs, &v1_rates).await;
             for n in nodes {
                 n.shutdown().await.unwrap();
             }
         }
     });
+}
+
+fn v2_message(i: u64, body: &bytes::Bytes) -> v2::Message {
+    let sent_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
+    v2::Message {
+        topic: Some(v2::Resource {
+            resource_namespace: String::new(),
+            name: "Bench".into(),
+        }),
+        user_properties: [("sent_us".to_string(), sent_us.to_string())].into(),
+        system_properties: Some(v2::SystemProperties {
+            message_id: format!("bench-{i}"),
+            message_type: v2::MessageType::Normal as i32,
+            ..Default::default()
+        }),
+        body: body.clone(),
+    }
+}
+
+async fn v2_connect(addr: &str) -> MessagingServiceClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(addr.to_string())
+        .unwrap()
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .unwrap();
+    MessagingServiceClient::new(channel)
+}
+
+/// One receive (long-polling up to `wait_ms`) and the ack of what came;
+/// returns how many came and the end-to-end latencies (µs) of those sent
+/// through the v2 protocol (the messages of the `Send` rounds have none).
+async fn receive_and_ack(
+    c: &mut MessagingServiceClient<tonic::transport::Channel>,
+    wait_ms: i32,
+) -> Option<(usize, Vec<u64>)> {
+    let group = Some(v2::Resource {
+        resource_namespace: String::new(),
+        name: "BenchGroup".into(),
+    });
+    let topic = Some(v2::Resource {
+        resource_namespace: String::new(),
+        name: "Bench".into(),
+    });
+    let req = v2::ReceiveMessageRequest {
+        group: group.clone(),
+        message_queue: Some(v2::MessageQueue {
+            topic: topic.clone(),
+            ..Default::default()
+        }),
+        filter_expression: None,
+        batch_size: 32,
+        invisible_duration: Some(prost_types::Duration { seconds: 60, nanos: 0 }),
+        auto_renew: false,
+        long_polling_timeout: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: wait_ms * 1_000_000,
+        }),
+        attempt_id: None,
+    };
+    let mut stream = match c.receive_message(req).await {
+        Ok(s) => s.into_inner(),
+        Err(e) => {
+            eprintln!("receive failed: {e}");
+            return None;
+        }
+    };
+    let (mut entries, mut lat) = (Vec::new(), Vec::new());
+    while let Ok(Some(r)) = stream.message().await {
+        if let Some(v2::receive_message_response::Content::Status(s)) = &r.content
+            && s.code != v2::Code::Ok as i32
+            && s.code != v2::Code::MessageNotFound as i32
+        {
+            eprintln!("receive: {s:?}");
+        }
+        if let Some(v2::receive_message_response::Content::Message(m)) = r.content {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros() as u64;
+            if let Some(t) = m.user_properties.get("sent_us").and_then(|t| t.parse::<u64>().ok()) {
+                lat.push(now.saturating_sub(t));
+            }
+            let sp = m.system_properties.unwrap_or_default();
+            entries.push(v2::AckMessageEntry {
+                message_id: sp.message_id,
+                receipt_handle: sp.receipt_handle.unwrap_or_default(),
+                lite_topic: None,
+            });
+        }
+    }
+    let n = entries.len();
+    if n > 0 {
+        c.ack_message(v2::AckMessageRequest { group, topic, entries })
+            .await
+            .ok()?;
+    }
+    Some((n, lat))
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+}
+
+/// SendMessage, ReceiveMessage and end-to-end latency through the v2 protocol.
+async fn client_protocol(addr: &str, flush: FlushMode, secs: u64, v1_rates: &[f64]) {
+    const CONSUMERS: usize = 4;
+    let body = bytes::Bytes::from(vec![b'x'; PAYLOAD]);
+    println!(
+        "{:<6} {:>5} {:>12} {:>9} {:>9} {:>7} {:>9} {:>13} {:>9} {:>9}",
+        "v2", "prod", "send/s", "p50 ms", "p99 ms", "errors", "vs Send", "drain msgs/s", "e2e p50", "e2e p99"
+    );
+    let mut consumer_clients = Vec::new();
+    for _ in 0..CONSUMERS {
+        consumer_clients.push(v2_connect(addr).await);
+    }
+    for (k, concurrency) in [1usize, 16, 64].into_iter().enumerate() {
+        let mut clients = Vec::new();
+        for _ in 0..concurrency.div_ceil(8) {
+            clients.push(v2_connect(addr).await);
+        }
+        let (c2, b2) = (clients.clone(), body.clone());
+        let sends = drive(concurrency, secs, move |i| {
+            let mut client = c2[(i as usize) % c2.len()].clone();
+            let m = v2_message(i, &b2);
+            async move {
+                client
+                    .send_message(v2::SendMessageRequest { messages: vec![m] })
+                    .await
+                    .is_ok_and(|r| r.into_inner().status.is_some_and(|s| s.code == v2::Code::Ok as i32))
+            }
+        })
+        .await;
+        // Drain what was sent with CONSUMERS receivers.
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for c in &consumer_clients {
+            let mut c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0usize;
+                while let Some((got, _)) = receive_and_ack(&mut c, 200).await {
+                    if got == 0 {
+                        break;
+                    }
+                    n += got;
+                }
+                n
+            }));
+        }
+        let mut drained = 0;
+        for t in tasks {
+            drained += t.await.unwrap();
+        }
+        // The last empty long poll of each consumer is not drain time.
+        let drain_secs = (start.elapsed().as_secs_f64() - 0.2).max(0.001);
+        // End to end: producers and long-polling consumers together.
+        let stop = Instant::now() + Duration::from_secs(secs);
+        let mut consumers = Vec::new();
+        for c in &consumer_clients {
+            let mut c = c.clone();
+            consumers.push(tokio::spawn(async move {
+                let mut all = Vec::new();
+                while Instant::now() < stop + Duration::from_millis(500) {
+                    match receive_and_ack(&mut c, 300).await {
+                        Some((_, lat)) => all.extend(lat),
+                        None => break,
+                    }
+                }
+                all
+            }));
+        }
+        let (c3, b3) = (clients.clone(), body.clone());
+        drive(concurrency, secs, move |i| {
+            let mut client = c3[(i as usize) % c3.len()].clone();
+            let m = v2_message(1 << 40 | i, &b3);
+            async move {
+                client
+                    .send_message(v2::SendMessageRequest { messages: vec![m] })
+                    .await
+                    .is_ok()
+            }
+        })
+        .await;
+        let mut e2e = Vec::new();
+        for t in consumers {
+            e2e.extend(t.await.unwrap());
+        }
+        e2e.sort_unstable();
+        println!(
+            "{:<6} {:>5} {:>12.0} {:>9.2} {:>9.2} {:>7} {:>8.0}% {:>13.0} {:>9.2} {:>9.2}",
+            format!("{flush:?}").to_lowercase(),
+            concurrency,
+            sends.rate(),
+            sends.pct(0.5),
+            sends.pct(0.99),
+            sends.errors,
+            100.0 * sends.rate() / v1_rates.get(k).copied().unwrap_or(f64::NAN),
+            drained as f64 / drain_secs,
+            pct(&e2e, 0.5),
+            pct(&e2e, 0.99),
+        );
+    }
 }

@@ -3,34 +3,44 @@
 //!
 //! # Module map
 //!
-//! | module             | what it holds                                                  |
-//! |--------------------|----------------------------------------------------------------|
-//! | [`cli`]            | the `raftmq` command line (clap) and its dispatch             |
-//! | [`admin_cli`]      | `raftmq cluster status`, `raftmq topic ...` via NameServers     |
-//! | [`config`]         | the broker's TOML configuration                               |
-//! | [`server`]         | `raftmq broker`: a node and its client services, signals       |
-//! | [`broker`]         | the broker core: send, read, topics, status, membership        |
-//! | [`batcher`]        | group commit: concurrent sends packed into one Raft entry      |
-//! | [`broker_service`] | `raftmq.v1.Broker` over gRPC, forwarding to the leader         |
-//! | [`channel`]        | how raftmq's clients open gRPC channels                        |
-//! | [`error`]          | [`error::BrokerError`] and its mapping to gRPC status codes    |
-//! | [`group_cli`]      | `raftmq group status|put-topic|send|read` over raftmq.v1       |
-//! | [`inspect`]        | `raftmq store verify`: open a store offline and summarize it   |
-//! | [`namesrv`]        | the NameServer: registry, routes, expiry, `raftmq namesrv`     |
-//! | [`registration`]   | broker heartbeats to every NameServer, unregister on stop      |
-//! | [`route_cache`]    | routes from NameServers: random start, round-robin, 30 s cache |
-//! | `pb`               | code generated from `proto/raftmq/v1/{broker,namesrv}.proto`   |
-//! | `rocketmq::v2`     | code generated from `proto/apache/rocketmq/v2/` (client protocol) |
+//! | module                | what it holds                                                     |
+//! |-----------------------|-------------------------------------------------------------------|
+//! | [`cli`]               | the `raftmq` command line (clap) and its dispatch                |
+//! | [`admin_cli`]         | `raftmq cluster status`, `topic ...`, `consumer-group ...` via NameServers |
+//! | [`config`]            | the broker's TOML configuration                                  |
+//! | [`server`]            | `raftmq broker`: a node and its client services, signals          |
+//! | [`broker`]            | the broker core: send, read, topics, groups, status, membership   |
+//! | [`batcher`]           | group commit: concurrent sends packed into one Raft entry         |
+//! | [`broker_service`]    | `raftmq.v1.Broker` over gRPC, forwarding to the leader            |
+//! | [`messaging_service`] | `apache.rocketmq.v2.MessagingService`: the official clients' protocol |
+//! | [`v2_message`]        | v2 messages: validation, system properties, digests, timestamps  |
+//! | [`client_route`]      | v2 routes: every node of a group as one broker's endpoints        |
+//! | [`client_settings`]   | the settings answered on a client's Telemetry stream             |
+//! | [`clients`]           | the v2 clients a node knows (heartbeats, Telemetry streams)      |
+//! | [`pop`]               | pop consumption at the leader: receive, long polling, ack, DLQ    |
+//! | [`receipt`]           | receipt handles                                                   |
+//! | [`h2_authority`]      | makes multi-address `:authority` headers acceptable to h2         |
+//! | [`channel`]           | how raftmq's clients open gRPC channels                           |
+//! | [`error`]             | [`error::BrokerError`] and its mapping to gRPC and v2 status codes |
+//! | [`group_cli`]         | `raftmq group status|put-topic|send|read` over raftmq.v1          |
+//! | [`inspect`]           | `raftmq store verify`: open a store offline and summarize it      |
+//! | [`namesrv`]           | the NameServer: registry, routes, expiry, `raftmq namesrv`        |
+//! | [`registration`]      | broker heartbeats to every NameServer, unregister on stop         |
+//! | [`route_cache`]       | routes from NameServers: random start, round-robin, 30 s cache    |
+//! | `pb`                  | code generated from `proto/raftmq/v1/{broker,namesrv}.proto`      |
+//! | `rocketmq::v2`        | code generated from `proto/apache/rocketmq/v2/` (client protocol) |
 //!
 //! The storage engine is `raftmq-store` (`store/`), the Raft layer
 //! `raftmq-raft` (`raft/`).
 //!
 //! ```text
-//!  client ─► BrokerService (any node) ─follower─► forwards to the leader's BrokerService
-//!                 │ leader
-//!                 ▼
-//!            Broker.send ─► Batcher ─► RaftNode.write ─► replicated, applied ─► queue offsets
-//!            Broker.read ◄── this node's ConsumeQueues and CommitLog (applied data only)
+//!  official client ─► LenientAuthority ─► MessagingService (any node) ─follower─► forwards to the leader
+//!  raftmq client ────────────────────────► BrokerService    (any node) ─follower─► forwards to the leader
+//!                                               │ leader
+//!                                               ▼
+//!   send ─► Batcher ─► RaftNode.write ─► replicated, applied ─► queue offsets
+//!   receive/ack ─► Popper: plan from applied state ─► RaftNode.write(Pop/Ack) ─► deliveries
+//!   pull, offsets, routes ◄── this node's ConsumeQueues, CommitLog and metadata (applied data only)
 //! ```
 
 pub mod admin_cli;
@@ -66,7 +76,7 @@ pub mod rocketmq {
     //! The Apache RocketMQ 5 client protocol, `apache.rocketmq.v2`, generated
     //! from `proto/apache/rocketmq/v2/` (written for this project to match the
     //! public rocketmq-apis v2.1.2 on the wire; checked field by field against
-    //! its descriptors). Served by the client-protocol module to come.
+    //! its descriptors). Served by [`crate::messaging_service`].
     pub mod v2 {
         #![allow(clippy::all, missing_docs)]
         tonic::include_proto!("apache.rocketmq.v2");

@@ -8,6 +8,7 @@
 //! | [`types`]         | the openraft type configuration, node addresses, aliases           |
 //! | [`message`]       | the stored layout of one message                                   |
 //! | [`command`]       | state-machine commands (a Raft entry's data) and their responses    |
+//! | [`consumption`]   | pop-style consumption state: in-flight deliveries, acks, redelivery |
 //! | [`entry`]         | entries as CommitLog records and as wire messages                  |
 //! | `raft_meta`       | vote, purged and committed log ids beside the log                   |
 //! | [`log_store`]     | openraft's log storage on the CommitLog, with the log index          |
@@ -28,7 +29,7 @@
 //!                              │  └── network (gRPC Append stream) ◄─► service on followers
 //!                              ▼
 //!                      StateMachine.apply ─► Store.dispatch (ConsumeQueue unit, key index)
-//!                                          └► Metadata (topics, consumer offsets)
+//!                                          └► Metadata (topics, groups, offsets, consumption)
 //! ```
 
 pub mod command;
