@@ -77,6 +77,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             auto_create_topic_queues: 8,
             max_delivery_attempts: 16,
             default_invisible_ms: 60_000,
+            min_invisible_ms: 10_000,
             long_polling_timeout_ms: 20_000,
             store: StoreConfig {
                 flush_mode: flush,

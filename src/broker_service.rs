@@ -29,7 +29,19 @@ impl BrokerService {
 /// Whether a forwarded call failed before the request left this node (the
 /// leader could not be reached), so it is safe to send it again.
 pub(crate) fn not_delivered(s: &Status) -> bool {
-    s.code() == tonic::Code::Unavailable && s.message().contains("connect")
+    if s.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    // tonic keeps the transport error as the source: a connect error
+    // means the request never left this node.
+    let mut source = std::error::Error::source(s);
+    while let Some(e) = source {
+        if e.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = e.source();
+    }
+    s.message().contains("tcp connect error")
 }
 
 /// Runs `local` on the leader, or forwards the request with `remote`. When

@@ -27,7 +27,8 @@ pub struct ClientInfo {
     pub group: Option<String>,
     pub language: String,
     pub last_seen: Instant,
-    pub telemetry: Option<TelemetrySender>,
+    /// The client's current Telemetry stream (its id, its sender).
+    pub telemetry: Option<(u64, TelemetrySender)>,
 }
 
 #[derive(Default)]
@@ -67,18 +68,20 @@ impl Clients {
     }
 
     /// Keeps a client's Telemetry stream for server commands.
-    pub fn attach(&self, id: &str, tx: TelemetrySender) {
+    pub fn attach(&self, id: &str, stream: u64, tx: TelemetrySender) {
         self.with(|m| {
             if let Some(c) = m.get_mut(id) {
-                c.telemetry = Some(tx);
+                c.telemetry = Some((stream, tx));
             }
         });
     }
 
-    /// A client's Telemetry stream ended.
-    pub fn detach(&self, id: &str) {
+    /// A client's Telemetry stream ended (unless a newer one replaced it).
+    pub fn detach(&self, id: &str, stream: u64) {
         self.with(|m| {
-            if let Some(c) = m.get_mut(id) {
+            if let Some(c) = m.get_mut(id)
+                && c.telemetry.as_ref().is_some_and(|(s, _)| *s == stream)
+            {
                 c.telemetry = None;
             }
         });

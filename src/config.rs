@@ -94,6 +94,11 @@ pub struct BrokerConfig {
     /// consumers; RocketMQ: 60 s).
     #[serde(default = "defaults::invisible")]
     pub default_invisible_ms: u64,
+    /// Shortest invisible time a receive may ask for (RocketMQ's proxy:
+    /// 10 s); shorter ones would let a message reach a second consumer
+    /// while the first still works on it.
+    #[serde(default = "defaults::min_invisible")]
+    pub min_invisible_ms: u64,
     /// Long-polling time given to consumers in their settings.
     #[serde(default = "defaults::long_polling")]
     pub long_polling_timeout_ms: u64,
@@ -144,6 +149,9 @@ mod defaults {
     }
     pub fn invisible() -> u64 {
         60_000
+    }
+    pub fn min_invisible() -> u64 {
+        10_000
     }
     pub fn long_polling() -> u64 {
         20_000
@@ -215,8 +223,11 @@ impl BrokerConfig {
         {
             return bad("max_delivery_attempts and auto_create_topic_queues (at most 1024) must be positive".into());
         }
-        if self.default_invisible_ms == 0 || self.long_polling_timeout_ms == 0 {
-            return bad("default_invisible_ms and long_polling_timeout_ms must be positive".into());
+        if self.default_invisible_ms == 0 || self.long_polling_timeout_ms == 0 || self.min_invisible_ms == 0 {
+            return bad("default_invisible_ms, min_invisible_ms and long_polling_timeout_ms must be positive".into());
+        }
+        if self.default_invisible_ms < self.min_invisible_ms {
+            return bad("default_invisible_ms must not be below min_invisible_ms".into());
         }
         if self.max_body_bytes == 0 || self.max_body_bytes as u64 + 4096 > self.store.max_record_size {
             return bad(format!(

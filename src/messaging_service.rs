@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::Stream;
@@ -49,6 +49,8 @@ const LANGUAGE: &str = "x-mq-language";
 /// Time left before a client's deadline that a long poll keeps in reserve
 /// for the answer to travel back.
 const DEADLINE_RESERVE: Duration = Duration::from_millis(500);
+/// Longest long poll, whatever the client asks for.
+const MAX_LONG_POLL: Duration = Duration::from_secs(60);
 
 pub struct MessagingService {
     broker: Arc<Broker>,
@@ -84,7 +86,8 @@ fn header<'a>(m: &'a MetadataMap, key: &str) -> &'a str {
 /// The client's deadline from the `grpc-timeout` header.
 fn grpc_timeout(m: &MetadataMap) -> Option<Duration> {
     let v = header(m, "grpc-timeout");
-    if v.len() < 2 {
+    // At most 8 digits and a unit, as the gRPC spec allows.
+    if v.len() < 2 || v.len() > 9 {
         return None;
     }
     let (n, unit) = v.split_at(v.len() - 1);
@@ -110,6 +113,7 @@ macro_rules! v2_on_leader {
     ($self:ident, $request:ident, $req:ident, $local:expr, $remote:ident, $finish:expr) => {{
         let forwarded = $request.metadata().contains_key(FORWARDED);
         let timeout = grpc_timeout($request.metadata());
+        let started = Instant::now();
         let (meta, _, $req) = $request.into_parts();
         let deadline = Instant::now() + FORWARD_WAIT;
         loop {
@@ -124,8 +128,9 @@ macro_rules! v2_on_leader {
                 Ok(Some(channel)) => {
                     let mut fwd = Request::from_parts(meta.clone(), Default::default(), $req.clone());
                     fwd.metadata_mut().insert(FORWARDED, MetadataValue::from_static("1"));
+                    // What is left of the client's time, not all of it.
                     if let Some(t) = timeout {
-                        fwd.set_timeout(t);
+                        fwd.set_timeout(t.saturating_sub(started.elapsed()).max(Duration::from_millis(1)));
                     }
                     match MessagingService::leader_client(channel).$remote(fwd).await {
                         Ok(r) => break ($finish)(r.into_inner()).await,
@@ -179,15 +184,34 @@ fn stale_receipt() -> v2::Status {
     )
 }
 
-fn invisible_time(d: Option<&prost_types::Duration>, default: Duration) -> Result<Duration, BrokerError> {
+/// An invisible duration between `min` and [`MAX_INVISIBLE`].
+fn invisible_time(
+    d: Option<&prost_types::Duration>,
+    default: Duration,
+    min: Duration,
+) -> Result<Duration, BrokerError> {
     let Some(d) = d else { return Ok(default) };
     match from_duration(d) {
-        Some(t) if t <= MAX_INVISIBLE => Ok(t),
+        Some(t) if t >= min && t <= MAX_INVISIBLE => Ok(t),
         _ => Err(BrokerError::Refused(
             Code::IllegalInvisibleTime,
-            format!("invisible duration must be between 0 and {} s", MAX_INVISIBLE.as_secs()),
+            format!(
+                "invisible duration must be between {} ms and {} s",
+                min.as_millis(),
+                MAX_INVISIBLE.as_secs()
+            ),
         )),
     }
+}
+
+/// The deadline of a long poll: `wait`, capped, answering before the
+/// client's own deadline.
+fn poll_deadline(mut wait: Duration, client_deadline: Option<Duration>) -> Instant {
+    wait = wait.min(MAX_LONG_POLL);
+    if let Some(d) = client_deadline {
+        wait = wait.min(d.saturating_sub(DEADLINE_RESERVE.max(d / 20)));
+    }
+    Instant::now() + wait
 }
 
 fn filter_of(f: Option<&v2::FilterExpression>) -> Result<TagFilter, BrokerError> {
@@ -297,16 +321,14 @@ impl MessagingService {
         let invisible = invisible_time(
             req.invisible_duration.as_ref(),
             Duration::from_millis(self.broker.cfg.default_invisible_ms),
+            Duration::from_millis(self.broker.cfg.min_invisible_ms),
         )?;
-        let mut wait = match req.long_polling_timeout.as_ref() {
+        let wait = match req.long_polling_timeout.as_ref() {
             Some(d) => from_duration(d).ok_or_else(|| {
                 BrokerError::Refused(Code::IllegalPollingTime, "the long polling timeout is negative".into())
             })?,
             None => Duration::from_millis(self.broker.cfg.long_polling_timeout_ms),
         };
-        if let Some(d) = client_deadline {
-            wait = wait.min(d.saturating_sub(DEADLINE_RESERVE.max(d / 20)));
-        }
         let batch = if req.batch_size <= 0 {
             32
         } else {
@@ -319,7 +341,7 @@ impl MessagingService {
             batch,
             invisible,
             first_queue: mq.id.max(0) as u32,
-            deadline: Instant::now() + wait,
+            deadline: poll_deadline(wait, client_deadline),
         };
         let delivered = self.broker.popper.receive(&r).await?;
         let mut out = Vec::with_capacity(delivered.len() + 2);
@@ -388,15 +410,12 @@ impl MessagingService {
         if self.broker.node.sm.topic(&topic).is_none() {
             return Err(BrokerError::TopicNotFound(topic));
         }
-        let mut wait = req
+        let wait = req
             .long_polling_timeout
             .as_ref()
             .and_then(from_duration)
             .unwrap_or(Duration::ZERO);
-        if let Some(d) = client_deadline {
-            wait = wait.min(d.saturating_sub(DEADLINE_RESERVE.max(d / 20)));
-        }
-        let deadline = Instant::now() + wait;
+        let deadline = poll_deadline(wait, client_deadline);
         let batch = req.batch_size.clamp(1, pop::MAX_BATCH as i32) as u64;
         let host = self.broker.client_addr();
         let mut applied = self.broker.node.sm.applied_watch();
@@ -929,6 +948,8 @@ impl Service for MessagingService {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let broker = self.broker.clone();
+        static STREAMS: AtomicU64 = AtomicU64::new(0);
+        let stream_id = STREAMS.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             loop {
                 let cmd = match inbound.message().await {
@@ -954,7 +975,7 @@ impl Service for MessagingService {
                 let config = group.as_deref().map(|g| broker.popper.group_or_default(g));
                 let reply = crate::client_settings::effective(&s, &broker.cfg, config.as_ref());
                 broker.clients.seen(&id, client_type, group, &language);
-                broker.clients.attach(&id, tx.clone());
+                broker.clients.attach(&id, stream_id, tx.clone());
                 let cmd = v2::TelemetryCommand {
                     status: Some(ok()),
                     command: Some(v2::telemetry_command::Command::Settings(reply)),
@@ -963,7 +984,7 @@ impl Service for MessagingService {
                     break;
                 }
             }
-            broker.clients.detach(&id);
+            broker.clients.detach(&id, stream_id);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -991,7 +1012,8 @@ impl Service for MessagingService {
                 let group = group_name(req.group.as_ref())?;
                 let topic = topic_name(req.topic.as_ref())?;
                 let r = decode_receipt(&req.receipt_handle)?;
-                let invisible = invisible_time(req.invisible_duration.as_ref(), Duration::ZERO)?;
+                // Zero is allowed here: it makes the message visible again now (a nack).
+                let invisible = invisible_time(req.invisible_duration.as_ref(), Duration::ZERO, Duration::ZERO)?;
                 Ok(
                     match self
                         .broker
@@ -1058,6 +1080,9 @@ mod tests {
         m.insert("grpc-timeout", MetadataValue::from_static("x"));
         assert_eq!(grpc_timeout(&m), None);
         m.insert("grpc-timeout", MetadataValue::from_static("99999999999999999999999H"));
+        assert_eq!(grpc_timeout(&m), None);
+        // Nine digits: more than the spec allows (and than tonic can send on).
+        m.insert("grpc-timeout", MetadataValue::from_static("100000000H"));
         assert_eq!(grpc_timeout(&m), None);
     }
 

@@ -147,6 +147,10 @@ impl Popper {
 
     fn lock_for(&self, group: &str, topic: &str) -> PlanningLock {
         let mut locks = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if locks.len() > 4096 {
+            // Forget the locks nobody holds (names clients stopped using).
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+        }
         locks.entry((group.to_string(), topic.to_string())).or_default().clone()
     }
 
@@ -272,24 +276,38 @@ impl Popper {
             }
         };
         let mut out = Vec::new();
+        let mut gone = Vec::new();
         for (plan, Popped { handle, delivered }) in planned.plans.iter().zip(popped) {
             for (offset, attempt) in delivered {
+                let receipt = Receipt {
+                    queue_id: plan.queue_id,
+                    offset,
+                    handle,
+                };
                 match self.node.store.message(&r.topic, plan.queue_id, offset) {
                     Ok((_, bytes)) => out.push(Delivered {
                         queue_id: plan.queue_id,
                         offset,
                         attempt,
-                        receipt: receipt::encode(&Receipt {
-                            queue_id: plan.queue_id,
-                            offset,
-                            handle,
-                        }),
+                        receipt: receipt::encode(&receipt),
                         bytes: bytes::Bytes::copy_from_slice(&bytes),
                     }),
-                    // Deleted by retention meanwhile: nothing to deliver.
-                    Err(e) => tracing::debug!(offset, "delivered message is gone: {e}"),
+                    Err(e) => {
+                        tracing::warn!(
+                            topic = r.topic,
+                            queue = plan.queue_id,
+                            offset,
+                            "delivered message is gone: {e}"
+                        );
+                        gone.push(receipt);
+                    }
                 }
             }
+        }
+        // Deleted by retention meanwhile: nothing to deliver, ever; it must
+        // not stay in flight (a FIFO queue would wait for it forever).
+        if !gone.is_empty() {
+            self.ack(&r.group, &r.topic, &gone).await?;
         }
         Ok((out, planned.next_visible_ms))
     }
@@ -447,11 +465,21 @@ impl Popper {
             };
             self.node.write(Command::admin(&AdminCommand::PutTopic(t))).await?;
         }
-        let (_, bytes) = self
-            .node
-            .store
-            .message(topic, r.queue_id, r.offset)
-            .map_err(|e| BrokerError::Refused(Code::InvalidReceiptHandle, format!("message not found: {e}")))?;
+        let bytes = match self.node.store.message(topic, r.queue_id, r.offset) {
+            Ok((_, bytes)) => bytes,
+            Err(e) => {
+                // Deleted by retention: nothing to copy, but it must leave
+                // the in-flight set.
+                tracing::warn!(
+                    group,
+                    topic,
+                    queue = r.queue_id,
+                    offset = r.offset,
+                    "dead letter is gone: {e}"
+                );
+                return Ok(self.ack(group, topic, &[*r]).await?.first().copied().unwrap_or(false));
+            }
+        };
         let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
         let mut copy = crate::v2_message::stored_copy(&view);
         copy.properties.push((
@@ -472,15 +500,34 @@ impl Popper {
         let cmd =
             Command::guarded_send(&guard, &[batch], now_ms()).map_err(|e| BrokerError::Internal(e.to_string()))?;
         match self.node.write(cmd).await?.1 {
-            Response::Sent(o) => {
-                let moved = matches!(o.first(), Some(raftmq_raft::BatchOutcome::Appended { .. }));
-                if moved {
+            Response::Sent(o) => match o.first() {
+                Some(raftmq_raft::BatchOutcome::Appended { .. }) => {
                     tracing::info!(group, topic, queue = r.queue_id, offset = r.offset, "moved to {dlq}");
+                    Ok(true)
                 }
-                Ok(moved)
-            }
+                Some(raftmq_raft::BatchOutcome::Rejected(why)) if self.in_flight(group, topic, r) => {
+                    // The copy was refused (the dead-letter topic changed);
+                    // the delivery stays in flight.
+                    Err(BrokerError::Internal(format!("cannot write to {dlq}: {why}")))
+                }
+                _ => Ok(false),
+            },
             other => Err(BrokerError::Internal(format!("unexpected response: {other:?}"))),
         }
+    }
+}
+
+impl Popper {
+    /// Whether the delivery `r` names is still in flight.
+    fn in_flight(&self, group: &str, topic: &str, r: &Receipt) -> bool {
+        self.node.sm.with_metadata(|m| {
+            m.consumption
+                .get(group)
+                .and_then(|t| t.get(topic))
+                .and_then(|q| q.get(&r.queue_id))
+                .and_then(|q| q.inflight.get(&r.offset))
+                .is_some_and(|f| f.handle == r.handle)
+        })
     }
 }
 

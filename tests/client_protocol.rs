@@ -244,6 +244,10 @@ async fn status_codes_and_malformed_input() {
     assert_eq!(s, Code::Unsupported);
     let (s, _) = receive(&mut c, "G", "T", tags("*"), 100_000, 10).await;
     assert_eq!(s, Code::IllegalInvisibleTime);
+    // Below the broker's minimum (10 s by default) a message could reach a
+    // second consumer while the first still works on it.
+    let (s, _) = receive(&mut c, "G", "T", tags("*"), 1, 10).await;
+    assert_eq!(s, Code::IllegalInvisibleTime);
     let (s, _) = receive(&mut c, "G", "Nope", tags("*"), 10, 10).await;
     assert_eq!(s, Code::TopicNotFound);
 

@@ -63,7 +63,8 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         let namesrv = Namesrv::start(dir.path(), "namesrv", 120_000);
         let extra = format!(
-            "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 500\nmax_delivery_attempts = 3\n",
+            "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 500\nmax_delivery_attempts = 3\n\
+             min_invisible_ms = 1000\n",
             namesrv.addr
         );
         let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);

@@ -223,17 +223,25 @@ impl StateMachine {
                             .err()
                             .unwrap_or_else(|| io::Error::other("entry not in the log")));
                     };
-                    let ok = match apply_admin(&mut st.metadata, guard, entry.log_id.index) {
-                        Response::Acked(acks) => acks.iter().all(|a| *a),
-                        Response::Done => true,
-                        _ => false,
-                    };
+                    // All or nothing: a send that would be refused leaves the
+                    // guard unapplied (an ack must not happen without its copy).
+                    let refused = batches.iter().find_map(|b| batch_refusal(&st.metadata, b));
+                    let ok = refused.is_none()
+                        && match apply_admin(&mut st.metadata, guard, entry.log_id.index) {
+                            Response::Acked(acks) => acks.iter().all(|a| *a),
+                            Response::Done => true,
+                            _ => false,
+                        };
                     let mut out = Vec::with_capacity(batches.len());
                     for b in &batches {
                         out.push(if ok {
                             apply_batch(&st.metadata, store, b, payload_phys, redo)?
                         } else {
-                            BatchOutcome::Rejected("its guard failed (the receipt is no longer valid)".into())
+                            BatchOutcome::Rejected(
+                                refused
+                                    .clone()
+                                    .unwrap_or_else(|| "its guard failed (the receipt is no longer valid)".into()),
+                            )
                         });
                     }
                     Response::Sent(out)
@@ -422,6 +430,25 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
     Response::Done
 }
 
+/// Why the state machine refuses a batch, if it does.
+fn batch_refusal(md: &Metadata, b: &BatchView<'_>) -> Option<String> {
+    let Some(topic) = md.topics.get(b.topic) else {
+        return Some(format!("topic {} does not exist", b.topic));
+    };
+    if !topic.writable() {
+        return Some(format!("topic {} is not writable", b.topic));
+    }
+    if b.queue_id >= topic.write_queues {
+        return Some(format!(
+            "topic {} has {} write queues, not {}",
+            b.topic,
+            topic.write_queues,
+            b.queue_id + 1
+        ));
+    }
+    None
+}
+
 fn apply_batch(
     md: &Metadata,
     store: &raftmq_store::Store,
@@ -429,19 +456,8 @@ fn apply_batch(
     payload_phys: u64,
     redo: bool,
 ) -> io::Result<BatchOutcome> {
-    let Some(topic) = md.topics.get(b.topic) else {
-        return Ok(BatchOutcome::Rejected(format!("topic {} does not exist", b.topic)));
-    };
-    if !topic.writable() {
-        return Ok(BatchOutcome::Rejected(format!("topic {} is not writable", b.topic)));
-    }
-    if b.queue_id >= topic.write_queues {
-        return Ok(BatchOutcome::Rejected(format!(
-            "topic {} has {} write queues, not {}",
-            b.topic,
-            topic.write_queues,
-            b.queue_id + 1
-        )));
+    if let Some(why) = batch_refusal(md, b) {
+        return Ok(BatchOutcome::Rejected(why));
     }
     let mut first = None;
     if redo {
