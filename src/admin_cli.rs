@@ -175,6 +175,8 @@ struct NodeJson {
     applied_index: u64,
     pid: u32,
     last_heartbeat_ms: u64,
+    /// The group's leader by the NameServer's judgement (highest term claim).
+    is_group_leader: bool,
 }
 
 pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
@@ -198,6 +200,7 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
                 commit_index: n.commit_index,
                 applied_index: n.applied_index,
                 pid: n.pid,
+                is_group_leader: n.is_group_leader,
                 last_heartbeat_ms: n.last_heartbeat_ms,
             })
             .collect();

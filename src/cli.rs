@@ -26,6 +26,13 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Start a NameServer and a three-node broker group on 127.0.0.1, each
+    /// node its own process, with a TestTopic; Ctrl-C stops them all.
+    Dev(crate::dev::DevArgs),
+    /// Send messages through the RocketMQ 5 protocol.
+    Produce(crate::client_cli::ProduceArgs),
+    /// Receive (and acknowledge) messages through the RocketMQ 5 protocol.
+    Consume(crate::client_cli::ConsumeArgs),
     /// Run one broker node (a member of a three-node Raft group).
     Broker {
         /// The node's TOML config (see deploy/local/ for examples).
@@ -96,6 +103,9 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Dev(a) => runtime()?.block_on(crate::dev::run(a)),
+        Command::Produce(a) => runtime()?.block_on(crate::client_cli::produce(a)),
+        Command::Consume(a) => runtime()?.block_on(crate::client_cli::consume(a)),
         Command::Broker { config } => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?

@@ -6,6 +6,9 @@
 //! | module                | what it holds                                                     |
 //! |-----------------------|-------------------------------------------------------------------|
 //! | [`cli`]               | the `raftmq` command line (clap) and its dispatch                |
+//! | [`dev`]               | `raftmq dev`: NameServer + three broker processes, one command    |
+//! | [`client`]            | a small Rust client of the RocketMQ 5 protocol                    |
+//! | [`client_cli`]        | `raftmq produce`, `raftmq consume`                                |
 //! | [`admin_cli`]         | `raftmq cluster status`, `topic ...`, `consumer-group ...` via NameServers |
 //! | [`config`]            | the broker's TOML configuration                                  |
 //! | [`server`]            | `raftmq broker`: a node and its client services, signals          |
@@ -49,10 +52,13 @@ pub mod broker;
 pub mod broker_service;
 pub mod channel;
 pub mod cli;
+pub mod client;
+pub mod client_cli;
 pub mod client_route;
 pub mod client_settings;
 pub mod clients;
 pub mod config;
+pub mod dev;
 pub mod error;
 pub mod group_cli;
 pub mod h2_authority;

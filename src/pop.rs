@@ -531,10 +531,21 @@ impl Popper {
     }
 }
 
-/// Consumer group names follow the topic name rule.
+/// Consumer group names follow the topic name rule (they name the group's
+/// dead-letter topic too).
 pub fn validate_group(name: &str) -> Result<(), BrokerError> {
-    raftmq_store::queue_table::validate_topic(name)
-        .map_err(|e| BrokerError::Refused(Code::IllegalConsumerGroup, format!("consumer group: {e}")))
+    // Room for the "%DLQ%" prefix within a topic name's 127 characters.
+    let max = 127 - consumption::DLQ_PREFIX.len();
+    let valid = name.len() <= max && raftmq_store::queue_table::validate_topic(name).is_ok();
+    valid.then_some(()).ok_or_else(|| {
+        let shown: String = name.chars().take(128).collect();
+        BrokerError::Refused(
+            Code::IllegalConsumerGroup,
+            format!(
+                "invalid consumer group name {shown:?}: 1 to {max} characters from a-z, A-Z, 0-9, '_', '-', '%' and '|'"
+            ),
+        )
+    })
 }
 
 #[cfg(test)]

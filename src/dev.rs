@@ -1,0 +1,311 @@
+//! `raftmq dev`: a NameServer and a three-node broker group on 127.0.0.1,
+//! each node its own OS process (so killing one is a real crash), ready to
+//! use in one command.
+//!
+//! It writes the configs into `--dir`, starts the processes, waits for a
+//! leader, creates `TestTopic` (8 queues), writes `DIR/dev.json` (the
+//! NameServer's address and every node's addresses and pid) once all of
+//! that is done, and prints what to paste next. Ctrl-C (or SIGTERM) stops
+//! every process cleanly and removes `dev.json`. Running it again on the
+//! same directory restarts the same cluster with its data.
+//!
+//! Ports: NameServer 9876, broker clients 8081.., Raft 9091.., all shifted
+//! by `--base-port`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+use crate::pb;
+use crate::pb::broker_client::BrokerClient;
+
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// Where configs, data and logs go (reused on the next run).
+    #[arg(long, default_value = "data/dev")]
+    pub dir: PathBuf,
+    /// Nodes in the broker group.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+    pub nodes: u64,
+    /// Added to every port (NameServer 9876, clients 8081.., Raft 9091..).
+    #[arg(long, default_value_t = 0)]
+    pub base_port: u16,
+}
+
+/// `DIR/dev.json`: where everything is, for scripts.
+#[derive(Debug, Serialize)]
+struct DevInfo {
+    namesrv_addr: String,
+    nodes: Vec<DevNode>,
+}
+
+#[derive(Debug, Serialize)]
+struct DevNode {
+    node_id: u64,
+    client_addr: String,
+    raft_addr: String,
+    /// No metrics endpoint yet.
+    metrics_addr: Option<String>,
+    pid: u32,
+}
+
+/// The default topic `raftmq dev` creates.
+pub const DEV_TOPIC: &str = "TestTopic";
+
+struct Layout {
+    namesrv: String,
+    /// (node id, client, raft).
+    nodes: Vec<(u64, String, String)>,
+}
+
+fn layout(a: &DevArgs) -> anyhow::Result<Layout> {
+    let port = |base: u32| -> anyhow::Result<u16> {
+        u16::try_from(base + u32::from(a.base_port)).context("--base-port pushes a port past 65535")
+    };
+    let nodes = (1..=a.nodes)
+        .map(|id| {
+            Ok((
+                id,
+                format!("127.0.0.1:{}", port(8080 + id as u32)?),
+                format!("127.0.0.1:{}", port(9090 + id as u32)?),
+            ))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Layout {
+        namesrv: format!("127.0.0.1:{}", port(9876)?),
+        nodes,
+    })
+}
+
+fn write_configs(dir: &Path, l: &Layout) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    std::fs::write(
+        dir.join("namesrv.toml"),
+        format!("# Written by `raftmq dev`.\nlisten = \"{}\"\n", l.namesrv),
+    )?;
+    let peers: String = l
+        .nodes
+        .iter()
+        .map(|(id, c, r)| format!("[peers.{id}]\nraft_addr = \"{r}\"\nclient_addr = \"{c}\"\n\n"))
+        .collect();
+    for (id, c, r) in &l.nodes {
+        std::fs::write(
+            dir.join(format!("node{id}.toml")),
+            format!(
+                "# Written by `raftmq dev` (rewritten on every start).\ngroup = \"dev\"\nnode_id = {id}\n\
+                 data_dir = \"{}\"\nclient_listen = \"{c}\"\nraft_listen = \"{r}\"\nbootstrap = {}\n\
+                 namesrv_addrs = [\"{}\"]\n\n{peers}[store]\nsegment_size = 67108864\n",
+                dir.join(format!("node{id}")).display(),
+                *id == 1,
+                l.namesrv
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+/// The child processes, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Children(Vec<(String, Child)>);
+
+impl Children {
+    fn spawn(&mut self, name: &str, dir: &Path, args: &[&str]) -> anyhow::Result<u32> {
+        let exe = std::env::current_exe().context("cannot find the raftmq executable")?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("{name}.log")))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        // Its own process group: Ctrl-C in the terminal reaches only `dev`,
+        // which stops the nodes in order.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // SAFETY: prctl is async-signal-safe; this runs in the child between
+        // fork and exec. If `dev` dies without stopping it, the child gets
+        // SIGTERM instead of living on.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
+        let pid = child.id();
+        self.0.push((name.to_string(), child));
+        Ok(pid)
+    }
+
+    /// Reports children that exited by themselves (a node killed by hand).
+    fn reap(&mut self) {
+        for (name, c) in &mut self.0 {
+            if let Ok(Some(status)) = c.try_wait() {
+                eprintln!("{name} (pid {}) exited: {status}", c.id());
+            }
+        }
+        self.0.retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+    }
+
+    fn stop(&mut self) {
+        for (_, c) in &self.0 {
+            // SAFETY: plain syscall on a child we own.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for (name, c) in &mut self.0 {
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() > deadline => {
+                        eprintln!("{name} did not stop in time; killing it");
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+        self.0.clear();
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn leader_of(l: &Layout) -> Option<String> {
+    for (_, c, _) in &l.nodes {
+        let Ok(ep) = crate::channel::endpoint(c, Duration::from_millis(300)) else {
+            continue;
+        };
+        let Ok(channel) = ep.connect().await else { continue };
+        if let Ok(s) = BrokerClient::new(channel)
+            .status(pb::StatusRequest { with_digest: false })
+            .await
+            && s.get_ref().role == "leader"
+        {
+            return Some(c.clone());
+        }
+    }
+    None
+}
+
+pub async fn run(a: DevArgs) -> anyhow::Result<()> {
+    let l = layout(&a)?;
+    write_configs(&a.dir, &l)?;
+    let dir = a.dir.canonicalize()?;
+    let info_path = dir.join("dev.json");
+    let _ = std::fs::remove_file(&info_path);
+    let mut children = Children(Vec::new());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let namesrv_cfg = dir.join("namesrv.toml");
+    children.spawn(
+        "namesrv",
+        &dir,
+        &["namesrv", "--config", &namesrv_cfg.to_string_lossy()],
+    )?;
+    let mut pids = Vec::new();
+    for (id, _, _) in &l.nodes {
+        let cfg = dir.join(format!("node{id}.toml"));
+        pids.push(children.spawn(
+            &format!("node{id}"),
+            &dir,
+            &["broker", "--config", &cfg.to_string_lossy()],
+        )?);
+    }
+
+    // Ready: a leader, and the default topic.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = term.recv() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        children.reap();
+        if children.0.len() < l.nodes.len() + 1 {
+            bail!("a process exited during start-up; see the logs in {}", dir.display());
+        }
+        if let Some(addr) = leader_of(&l).await {
+            break addr;
+        }
+        if Instant::now() > deadline {
+            bail!("no leader was elected within 60 s; see the logs in {}", dir.display());
+        }
+    };
+    let channel = crate::channel::endpoint(&leader, Duration::from_secs(2))
+        .map_err(anyhow::Error::msg)?
+        .connect()
+        .await?;
+    BrokerClient::new(channel)
+        .put_topic(pb::PutTopicRequest {
+            name: DEV_TOPIC.into(),
+            read_queues: 8,
+            write_queues: 8,
+            perm: 6,
+            message_type: String::new(),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("cannot create {DEV_TOPIC}: {}", s.message()))?;
+
+    let info = DevInfo {
+        namesrv_addr: l.namesrv.clone(),
+        nodes: l
+            .nodes
+            .iter()
+            .zip(&pids)
+            .map(|((id, c, r), pid)| DevNode {
+                node_id: *id,
+                client_addr: c.clone(),
+                raft_addr: r.clone(),
+                metrics_addr: None,
+                pid: *pid,
+            })
+            .collect(),
+    };
+    let tmp = dir.join("dev.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
+    std::fs::rename(&tmp, &info_path)?;
+
+    let access = l.nodes.iter().map(|(_, c, _)| c.as_str()).collect::<Vec<_>>().join(";");
+    println!(
+        "raftmq dev: a NameServer and a {}-node broker group on 127.0.0.1",
+        l.nodes.len()
+    );
+    println!();
+    println!("  access points   {access}");
+    println!("  NameServer      {}", l.namesrv);
+    println!("  topic           {DEV_TOPIC} (8 queues)");
+    println!("  data and logs   {}", dir.display());
+    for (n, pid) in info.nodes.iter().zip(&pids) {
+        println!(
+            "  node {}          client {}  raft {}  pid {pid}",
+            n.node_id, n.client_addr, n.raft_addr
+        );
+    }
+    println!();
+    println!("Try, from another terminal:");
+    println!("  raftmq produce --endpoint '{access}' --topic {DEV_TOPIC} --count 10");
+    println!("  raftmq consume --endpoint '{access}' --topic {DEV_TOPIC} --group DevGroup --count 10");
+    println!("  raftmq cluster status --namesrv {}", l.namesrv);
+    println!();
+    println!("Ctrl-C stops everything.");
+
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => children.reap(),
+        }
+    }
+    eprintln!("stopping...");
+    let _ = std::fs::remove_file(&info_path);
+    tokio::task::block_in_place(|| children.stop());
+    eprintln!("stopped");
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! `raftmq dev` as a newcomer uses it: start it, wait for `dev.json`,
+//! produce and consume with the CLI, crash the leader, keep producing, and
+//! stop everything with SIGINT.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::raftmq_cli;
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dev_cluster_produce_consume_failover_and_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    // A base port unlikely to collide with other tests' random ports.
+    let base = 20_000 + (std::process::id() % 20_000) as u16;
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
+        .args(["dev", "--dir"])
+        .arg(dir.path())
+        .args(["--base-port", &base.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let info_path = dir.path().join("dev.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !info_path.exists() {
+        assert!(dev.try_wait().unwrap().is_none(), "raftmq dev exited early");
+        assert!(Instant::now() < deadline, "dev.json never appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&info_path).unwrap()).unwrap();
+    let nodes = info["nodes"].as_array().unwrap().clone();
+    assert_eq!(nodes.len(), 3);
+    let access: Vec<String> = nodes
+        .iter()
+        .map(|n| n["client_addr"].as_str().unwrap().to_string())
+        .collect();
+    let access = access.join(";");
+    let pids: Vec<u32> = nodes.iter().map(|n| n["pid"].as_u64().unwrap() as u32).collect();
+    assert!(pids.iter().all(|p| alive(*p)));
+
+    let (ok, out, err) = raftmq_cli(&["produce", "--endpoint", &access, "--topic", "TestTopic", "--count", "5"]);
+    assert!(ok, "produce: {err}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("sent ")).count(), 5, "{out}");
+    let (ok, out, err) = raftmq_cli(&[
+        "consume",
+        "--endpoint",
+        &access,
+        "--topic",
+        "TestTopic",
+        "--group",
+        "DevTest",
+        "--count",
+        "5",
+        "--timeout",
+        "30s",
+    ]);
+    assert!(ok, "consume: {err}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("queue ")).count(), 5, "{out}");
+
+    // Crash the leader: the CLI keeps producing after a short gap.
+    let namesrv = info["namesrv_addr"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leader_pid = loop {
+        let (ok, out, _) = raftmq_cli(&["cluster", "status", "--namesrv", &namesrv, "--json"]);
+        if ok {
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            if let Some(n) = v["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["is_group_leader"] == true)
+            {
+                break n["pid"].as_u64().unwrap() as u32;
+            }
+        }
+        assert!(Instant::now() < deadline, "the NameServer never named a leader");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // SAFETY: plain syscall on a process this test started (through dev).
+    unsafe { libc::kill(leader_pid as i32, libc::SIGKILL) };
+    let (ok, out, err) = raftmq_cli(&["produce", "--endpoint", &access, "--topic", "TestTopic", "--count", "3"]);
+    assert!(ok, "produce after the crash: {err}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("sent ")).count(), 3, "{out}");
+
+    // SIGINT stops everything; nothing is left behind.
+    // SAFETY: as above.
+    unsafe { libc::kill(dev.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = dev.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "raftmq dev did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "raftmq dev exited with {status}");
+    for p in pids {
+        assert!(!alive(p), "process {p} is still running");
+    }
+    assert!(!info_path.exists(), "dev.json is removed on stop");
+}
