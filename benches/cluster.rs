@@ -73,6 +73,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             namesrv_addrs: vec![],
             namesrv_heartbeat_interval_ms: 30_000,
             auto_create_groups: true,
+            metrics_listen: None,
             auto_create_topics: false,
             auto_create_topic_queues: 8,
             max_delivery_attempts: 16,

@@ -19,6 +19,7 @@ use crate::batcher::Batcher;
 use crate::clients::Clients;
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
+use crate::metrics::{BrokerMetrics, TopicLabels};
 use crate::pb;
 use crate::pb::broker_client::BrokerClient;
 use crate::pop::{GroupDefaults, Popper};
@@ -33,6 +34,7 @@ pub struct Broker {
     pub popper: Popper,
     /// The client-protocol clients that use this node.
     pub clients: Clients,
+    pub metrics: Arc<BrokerMetrics>,
     batcher: Batcher,
     peers: Mutex<HashMap<String, Channel>>,
 }
@@ -50,6 +52,7 @@ impl Broker {
             batcher: Batcher::start(node.clone(), cfg.store.max_record_size as usize),
             popper,
             clients: Clients::default(),
+            metrics: Arc::new(BrokerMetrics::new(node.clone(), &cfg.group)),
             node,
             cfg,
             peers: Mutex::new(HashMap::new()),
@@ -181,16 +184,29 @@ impl Broker {
             }
             m.validate().map_err(|e| BrokerError::Invalid(e.to_string()))?;
         }
+        let bytes: u64 = messages.iter().map(|m| m.body.len() as u64).sum();
         let batch = SendBatch {
             topic: topic.to_string(),
             queue_id,
             messages,
         };
+        let started = std::time::Instant::now();
         match self.batcher.send(batch).await? {
             BatchOutcome::Appended {
                 first_queue_offset,
                 count,
-            } => Ok((first_queue_offset, count)),
+            } => {
+                let labels = TopicLabels {
+                    topic: topic.to_string(),
+                };
+                self.metrics
+                    .sent_messages
+                    .get_or_create(&labels)
+                    .inc_by(u64::from(count));
+                self.metrics.sent_bytes.get_or_create(&labels).inc_by(bytes);
+                self.metrics.send_latency.observe(started.elapsed().as_secs_f64());
+                Ok((first_queue_offset, count))
+            }
             BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
         }
     }

@@ -77,6 +77,9 @@ pub struct BrokerConfig {
     /// How often retention (store.retention) runs.
     #[serde(default = "defaults::retention_check")]
     pub retention_check_interval_ms: u64,
+    /// Where Prometheus scrapes `/metrics` (host:port); none: no endpoint.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
     /// Create a consumer group the first time a client uses it.
     #[serde(default = "defaults::yes")]
     pub auto_create_groups: bool,

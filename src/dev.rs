@@ -9,8 +9,8 @@
 //! every process cleanly and removes `dev.json`. Running it again on the
 //! same directory restarts the same cluster with its data.
 //!
-//! Ports: NameServer 9876, broker clients 8081.., Raft 9091.., all shifted
-//! by `--base-port`.
+//! Ports: NameServer 9876 (its metrics 9976), broker clients 8081.., Raft
+//! 9091.., broker metrics 9101.., all shifted by `--base-port`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,7 +30,7 @@ pub struct DevArgs {
     /// Nodes in the broker group.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub nodes: u64,
-    /// Added to every port (NameServer 9876, clients 8081.., Raft 9091..).
+    /// Added to every port (NameServer 9876, clients 8081.., Raft 9091.., metrics 9101..).
     #[arg(long, default_value_t = 0)]
     pub base_port: u16,
 }
@@ -39,6 +39,7 @@ pub struct DevArgs {
 #[derive(Debug, Serialize)]
 struct DevInfo {
     namesrv_addr: String,
+    namesrv_metrics_addr: String,
     nodes: Vec<DevNode>,
 }
 
@@ -47,8 +48,8 @@ struct DevNode {
     node_id: u64,
     client_addr: String,
     raft_addr: String,
-    /// No metrics endpoint yet.
-    metrics_addr: Option<String>,
+    /// Prometheus `/metrics`.
+    metrics_addr: String,
     pid: u32,
 }
 
@@ -57,8 +58,9 @@ pub const DEV_TOPIC: &str = "TestTopic";
 
 struct Layout {
     namesrv: String,
-    /// (node id, client, raft).
-    nodes: Vec<(u64, String, String)>,
+    namesrv_metrics: String,
+    /// (node id, client, raft, metrics).
+    nodes: Vec<(u64, String, String, String)>,
 }
 
 fn layout(a: &DevArgs) -> anyhow::Result<Layout> {
@@ -71,11 +73,13 @@ fn layout(a: &DevArgs) -> anyhow::Result<Layout> {
                 id,
                 format!("127.0.0.1:{}", port(8080 + id as u32)?),
                 format!("127.0.0.1:{}", port(9090 + id as u32)?),
+                format!("127.0.0.1:{}", port(9100 + id as u32)?),
             ))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Layout {
         namesrv: format!("127.0.0.1:{}", port(9876)?),
+        namesrv_metrics: format!("127.0.0.1:{}", port(9976)?),
         nodes,
     })
 }
@@ -85,20 +89,23 @@ fn write_configs(dir: &Path, l: &Layout) -> anyhow::Result<()> {
     let dir = dir.canonicalize()?;
     std::fs::write(
         dir.join("namesrv.toml"),
-        format!("# Written by `raftmq dev`.\nlisten = \"{}\"\n", l.namesrv),
+        format!(
+            "# Written by `raftmq dev`.\nlisten = \"{}\"\nmetrics_listen = \"{}\"\n",
+            l.namesrv, l.namesrv_metrics
+        ),
     )?;
     let peers: String = l
         .nodes
         .iter()
-        .map(|(id, c, r)| format!("[peers.{id}]\nraft_addr = \"{r}\"\nclient_addr = \"{c}\"\n\n"))
+        .map(|(id, c, r, _)| format!("[peers.{id}]\nraft_addr = \"{r}\"\nclient_addr = \"{c}\"\n\n"))
         .collect();
-    for (id, c, r) in &l.nodes {
+    for (id, c, r, m) in &l.nodes {
         std::fs::write(
             dir.join(format!("node{id}.toml")),
             format!(
                 "# Written by `raftmq dev` (rewritten on every start).\ngroup = \"dev\"\nnode_id = {id}\n\
                  data_dir = \"{}\"\nclient_listen = \"{c}\"\nraft_listen = \"{r}\"\nbootstrap = {}\n\
-                 namesrv_addrs = [\"{}\"]\n\n{peers}[store]\nsegment_size = 67108864\n",
+                 namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{m}\"\n\n{peers}[store]\nsegment_size = 67108864\n",
                 dir.join(format!("node{id}")).display(),
                 *id == 1,
                 l.namesrv
@@ -179,7 +186,7 @@ impl Drop for Children {
 }
 
 async fn leader_of(l: &Layout) -> Option<String> {
-    for (_, c, _) in &l.nodes {
+    for (_, c, _, _) in &l.nodes {
         let Ok(ep) = crate::channel::endpoint(c, Duration::from_millis(300)) else {
             continue;
         };
@@ -210,7 +217,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         &["namesrv", "--config", &namesrv_cfg.to_string_lossy()],
     )?;
     let mut pids = Vec::new();
-    for (id, _, _) in &l.nodes {
+    for (id, _, _, _) in &l.nodes {
         let cfg = dir.join(format!("node{id}.toml"));
         pids.push(children.spawn(
             &format!("node{id}"),
@@ -255,15 +262,16 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
 
     let info = DevInfo {
         namesrv_addr: l.namesrv.clone(),
+        namesrv_metrics_addr: l.namesrv_metrics.clone(),
         nodes: l
             .nodes
             .iter()
             .zip(&pids)
-            .map(|((id, c, r), pid)| DevNode {
+            .map(|((id, c, r, m), pid)| DevNode {
                 node_id: *id,
                 client_addr: c.clone(),
                 raft_addr: r.clone(),
-                metrics_addr: None,
+                metrics_addr: m.clone(),
                 pid: *pid,
             })
             .collect(),
@@ -272,20 +280,28 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
     std::fs::rename(&tmp, &info_path)?;
 
-    let access = l.nodes.iter().map(|(_, c, _)| c.as_str()).collect::<Vec<_>>().join(";");
+    let access = l
+        .nodes
+        .iter()
+        .map(|(_, c, _, _)| c.as_str())
+        .collect::<Vec<_>>()
+        .join(";");
     println!(
         "raftmq dev: a NameServer and a {}-node broker group on 127.0.0.1",
         l.nodes.len()
     );
     println!();
     println!("  access points   {access}");
-    println!("  NameServer      {}", l.namesrv);
+    println!(
+        "  NameServer      {}  (metrics http://{}/metrics)",
+        l.namesrv, l.namesrv_metrics
+    );
     println!("  topic           {DEV_TOPIC} (8 queues)");
     println!("  data and logs   {}", dir.display());
     for (n, pid) in info.nodes.iter().zip(&pids) {
         println!(
-            "  node {}          client {}  raft {}  pid {pid}",
-            n.node_id, n.client_addr, n.raft_addr
+            "  node {}          client {}  raft {}  metrics http://{}/metrics  pid {pid}",
+            n.node_id, n.client_addr, n.raft_addr, n.metrics_addr
         );
     }
     println!();

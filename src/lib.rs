@@ -23,6 +23,8 @@
 //! | [`pop`]               | pop consumption at the leader: receive, long polling, ack, DLQ    |
 //! | [`receipt`]           | receipt handles                                                   |
 //! | [`h2_authority`]      | makes multi-address `:authority` headers acceptable to h2         |
+//! | [`metrics`]           | Prometheus metrics of a broker node (counters, scrape-time state) |
+//! | [`metrics_http`]      | the `/metrics` HTTP endpoint (brokers and NameServers)            |
 //! | [`channel`]           | how raftmq's clients open gRPC channels                           |
 //! | [`error`]             | [`error::BrokerError`] and its mapping to gRPC and v2 status codes |
 //! | [`group_cli`]         | `raftmq group status|put-topic|send|read` over raftmq.v1          |
@@ -64,6 +66,8 @@ pub mod group_cli;
 pub mod h2_authority;
 pub mod inspect;
 pub mod messaging_service;
+pub mod metrics;
+pub mod metrics_http;
 pub mod namesrv;
 pub mod pop;
 pub mod receipt;

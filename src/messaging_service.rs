@@ -343,7 +343,14 @@ impl MessagingService {
             first_queue: mq.id.max(0) as u32,
             deadline: poll_deadline(wait, client_deadline),
         };
+        let started = std::time::Instant::now();
         let delivered = self.broker.popper.receive(&r).await?;
+        if !delivered.is_empty() {
+            self.broker
+                .metrics
+                .receive_latency
+                .observe(started.elapsed().as_secs_f64());
+        }
         let mut out = Vec::with_capacity(delivered.len() + 2);
         out.push(v2::ReceiveMessageResponse {
             content: Some(v2::receive_message_response::Content::Status(if delivered.is_empty() {

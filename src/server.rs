@@ -16,6 +16,9 @@ use crate::messaging_service::MessagingService;
 pub struct RunningBroker {
     pub broker: Arc<Broker>,
     pub client_addr: std::net::SocketAddr,
+    /// Where `/metrics` is served, if it is.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    leader_watch: tokio::task::JoinHandle<()>,
     stop: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     registration: tokio::task::JoinHandle<()>,
@@ -37,10 +40,25 @@ impl RunningBroker {
         // Official clients may send a multi-address :authority (see h2_authority).
         let server = raftmq_raft::serve::spawn_wrapped(listener, router, stopped, "client", LenientAuthority::new);
         let registration = tokio::spawn(crate::registration::run(broker.clone(), stop.subscribe()));
+        let metrics_addr = match &broker.cfg.metrics_listen {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on metrics_listen {addr}"))?;
+                let local = l.local_addr()?;
+                let m = broker.metrics.clone();
+                crate::metrics_http::spawn(l, std::sync::Arc::new(move || m.encode()), stop.subscribe());
+                Some(local)
+            }
+            None => None,
+        };
+        let leader_watch = broker.metrics.watch_leader(&broker.node);
         tracing::info!(node = broker.node.id, client = %client_addr, raft = %broker.node.raft_addr(), "broker started");
         Ok(RunningBroker {
             broker,
             client_addr,
+            metrics_addr,
+            leader_watch,
             stop,
             server,
             registration,
@@ -53,6 +71,7 @@ impl RunningBroker {
         let _ = self.stop.send(true);
         let _ = self.registration.await;
         let _ = self.server.await;
+        self.leader_watch.abort();
         self.broker.node.shutdown().await?;
         Ok(())
     }

@@ -65,6 +65,21 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
     assert!(ok, "consume: {err}");
     assert_eq!(out.lines().filter(|l| l.starts_with("queue ")).count(), 5, "{out}");
 
+    // Every node serves /metrics; exactly one of them is the leader.
+    let leaders: f64 = nodes
+        .iter()
+        .map(|n| {
+            common::sum_of(
+                &common::scrape(n["metrics_addr"].as_str().unwrap()),
+                "raftmq_raft_role",
+                &["role=\"leader\""],
+            )
+        })
+        .sum();
+    assert_eq!(leaders, 1.0);
+    let ns = common::scrape(info["namesrv_metrics_addr"].as_str().unwrap());
+    assert!(common::sum_of(&ns, "raftmq_namesrv_heartbeats_total", &[]) >= 1.0);
+
     // Crash the leader: the CLI keeps producing after a short gap.
     let namesrv = info["namesrv_addr"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -4,6 +4,7 @@
 //! listen = "127.0.0.1:9876"
 //! scan_interval_ms = 10000     # how often silent brokers are looked for
 //! expiry_ms = 120000           # a broker silent this long is dropped
+//! metrics_listen = "127.0.0.1:9877"   # Prometheus /metrics (optional)
 //! ```
 
 use std::path::Path;
@@ -21,6 +22,8 @@ pub struct NamesrvConfig {
     pub listen: String,
     pub scan_interval_ms: u64,
     pub expiry_ms: u64,
+    /// Where Prometheus scrapes `/metrics`; none: no endpoint.
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for NamesrvConfig {
@@ -29,6 +32,7 @@ impl Default for NamesrvConfig {
             listen: DEFAULT_LISTEN.into(),
             scan_interval_ms: 10_000,
             expiry_ms: 120_000,
+            metrics_listen: None,
         }
     }
 }
@@ -45,6 +49,13 @@ impl NamesrvConfig {
             return Err(ConfigError::Invalid(format!(
                 "listen {:?} is not an ip:port address",
                 self.listen
+            )));
+        }
+        if let Some(m) = &self.metrics_listen
+            && m.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "metrics_listen {m:?} is not an ip:port address"
             )));
         }
         if self.scan_interval_ms == 0 || self.expiry_ms == 0 {

@@ -5,8 +5,10 @@
 //! | [`registry`] | the soft state and its rules (expiry, leader by term)    |
 //! | [`service`]  | `raftmq.v1.NameServer` over gRPC, and the expiry scan     |
 //! | [`config`]   | `raftmq namesrv`'s TOML configuration                     |
+//! | [`metrics`]  | its Prometheus metrics                                    |
 
 pub mod config;
+pub mod metrics;
 pub mod registry;
 pub mod service;
 

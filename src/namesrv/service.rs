@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
 use super::config::NamesrvConfig;
+use super::metrics::NamesrvMetrics;
 use super::registry::{Registry, validate};
 use crate::pb;
 use crate::pb::name_server_server::{NameServer, NameServerServer};
@@ -13,6 +14,7 @@ use crate::pb::name_server_server::{NameServer, NameServerServer};
 #[derive(Clone)]
 pub struct NamesrvService {
     registry: Arc<Mutex<Registry>>,
+    metrics: Arc<NamesrvMetrics>,
 }
 
 impl NamesrvService {
@@ -26,6 +28,7 @@ impl NameServer for NamesrvService {
     async fn heartbeat(&self, request: Request<pb::BrokerHeartbeat>) -> Result<Response<pb::HeartbeatReply>, Status> {
         let hb = request.into_inner();
         validate(&hb).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.metrics.heartbeats.inc();
         let (cluster, group, node, role, term) = (
             hb.cluster.clone(),
             hb.group.clone(),
@@ -84,10 +87,19 @@ impl RunningNamesrv {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr()?;
+        let registry: Arc<Mutex<Registry>> = Arc::default();
         let service = NamesrvService {
-            registry: Arc::default(),
+            metrics: Arc::new(NamesrvMetrics::new(registry.clone())),
+            registry,
         };
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        if let Some(m) = &cfg.metrics_listen {
+            let l = tokio::net::TcpListener::bind(m)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on metrics_listen {m}: {e}"))?;
+            let metrics = service.metrics.clone();
+            crate::metrics_http::spawn(l, Arc::new(move || metrics.encode()), stop.subscribe());
+        }
 
         // The expiry scan.
         let scan = service.clone();

@@ -310,6 +310,11 @@ impl CommitLog {
         self.inner.flush.flush_count()
     }
 
+    /// How long the msync rounds took.
+    pub fn flush_latency(&self) -> &crate::flush::FlushLatency {
+        self.inner.flush.latency()
+    }
+
     /// Start offsets and last-modified times of all segments (for retention).
     pub fn segment_infos(&self) -> Result<Vec<crate::retention::SegmentInfo>> {
         let segs = self.inner.segs().clone();

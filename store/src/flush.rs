@@ -59,6 +59,7 @@ pub(crate) struct FlushShared {
     io: Mutex<()>,
     flushed: AtomicU64,
     rounds: AtomicU64,
+    latency: FlushLatency,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Callbacks whose round is over, run by [`FlushShared::fire_ready`]
     /// once no store lock is held (a callback may append again).
@@ -84,6 +85,7 @@ impl FlushShared {
             io: Mutex::new(()),
             flushed: AtomicU64::new(flushed),
             rounds: AtomicU64::new(0),
+            latency: FlushLatency::default(),
             thread: Mutex::new(None),
             ready: Mutex::new(Vec::new()),
         }
@@ -95,6 +97,10 @@ impl FlushShared {
 
     pub fn flush_count(&self) -> u64 {
         self.rounds.load(Ordering::Relaxed)
+    }
+
+    pub fn latency(&self) -> &FlushLatency {
+        &self.latency
     }
 
     pub fn io_lock(&self) -> MutexGuard<'_, ()> {
@@ -281,6 +287,7 @@ pub(crate) fn flush_to_locked(inner: &Inner, target: u64) -> Result<()> {
         .cloned()
         .collect();
     let mut result = Ok(());
+    let started = Instant::now();
     for s in &segs {
         let a = from.max(s.start) - s.start;
         let b = target.min(s.end()) - s.start;
@@ -289,6 +296,7 @@ pub(crate) fn flush_to_locked(inner: &Inner, target: u64) -> Result<()> {
             break;
         }
     }
+    shared.latency.record(started.elapsed());
     shared.rounds.fetch_add(1, Ordering::Relaxed);
     if result.is_ok() {
         shared.flushed.store(target, Ordering::Release);
@@ -378,5 +386,39 @@ fn run(weak: Weak<Inner>, shared: Arc<FlushShared>, mode: FlushMode, interval: D
             }
             last_checkpoint = Instant::now();
         }
+    }
+}
+
+/// Upper bounds (µs) of the msync latency buckets.
+pub const FLUSH_BUCKETS_US: [u64; 12] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+];
+
+/// How long msync rounds took: a fixed-bucket histogram (metrics read it;
+/// the store stays free of any metrics library).
+#[derive(Debug, Default)]
+pub struct FlushLatency {
+    /// Rounds per bucket of [`FLUSH_BUCKETS_US`], and a last one for slower.
+    buckets: [AtomicU64; FLUSH_BUCKETS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl FlushLatency {
+    fn record(&self, d: Duration) {
+        let us = d.as_micros().min(u128::from(u64::MAX)) as u64;
+        let i = FLUSH_BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(FLUSH_BUCKETS_US.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// (rounds per bucket, the last one above every bound; total µs).
+    pub fn snapshot(&self) -> (Vec<u64>, u64) {
+        (
+            self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
+            self.sum_us.load(Ordering::Relaxed),
+        )
     }
 }

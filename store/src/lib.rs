@@ -47,20 +47,19 @@
 //! <dir>/abort                                   present while the store is open
 //! ```
 
+pub mod checkpoint;
+pub mod commitlog;
 pub mod config;
+pub mod consume_queue;
 pub mod error;
+mod flush;
 pub mod key_index;
 mod le;
 mod locks;
 mod mapped_file;
 mod packed;
-pub mod record;
-// (modules are added here as they land)
-pub mod checkpoint;
-pub mod commitlog;
-pub mod consume_queue;
-mod flush;
 pub mod queue_table;
+pub mod record;
 mod recovery;
 pub mod retention;
 pub mod store;
@@ -69,6 +68,7 @@ pub use commitlog::{Appended, CommitLog, LogSlice, NewRecord, RecordRef};
 pub use config::{FlushMode, RetentionConfig, StoreConfig};
 pub use consume_queue::{ConsumeQueue, CqUnit};
 pub use error::{Result, StoreError};
+pub use flush::{FLUSH_BUCKETS_US, FlushLatency};
 pub use key_index::KeyIndex;
 pub use queue_table::QueueTable;
 pub use record::RecordMeta;

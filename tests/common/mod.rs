@@ -33,6 +33,8 @@ pub struct Node {
     pub id: u64,
     pub client_addr: String,
     pub raft_addr: String,
+    /// Where the node serves Prometheus `/metrics`.
+    pub metrics_addr: String,
     pub config: PathBuf,
     pub child: Option<Child>,
 }
@@ -60,10 +62,12 @@ impl Cluster {
         let mut nodes = Vec::new();
         for id in 1..=n {
             let (c, r) = ports[(id - 1) as usize];
+            let m = free_port();
             let config = dir.join(format!("node{id}.toml"));
             let text = format!(
                 "group = \"test\"\nnode_id = {id}\ndata_dir = \"{}\"\nclient_listen = \"127.0.0.1:{c}\"\n\
-                 raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\nsnapshot_every = 1000\nmax_body_bytes = 524288\n{extra}\n{peers}\n\
+                 raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\nsnapshot_every = 1000\nmax_body_bytes = 524288\n\
+                 metrics_listen = \"127.0.0.1:{m}\"\n{extra}\n{peers}\n\
                  [store]\nflush_mode = \"{flush_mode}\"\nsegment_size = 1048576\nmax_record_size = 1000000\n\
                  cq_units_per_file = 1000\nindex_slots = 1000\nindex_entries = 10000\n",
                 dir.join(format!("node{id}")).display(),
@@ -74,6 +78,7 @@ impl Cluster {
                 id,
                 client_addr: format!("127.0.0.1:{c}"),
                 raft_addr: format!("127.0.0.1:{r}"),
+                metrics_addr: format!("127.0.0.1:{m}"),
                 config,
                 child: None,
             });
@@ -214,11 +219,16 @@ pub struct Namesrv {
 impl Namesrv {
     /// Starts a NameServer with shrunk intervals (100 ms scan, `expiry_ms`).
     pub fn start(dir: &Path, name: &str, expiry_ms: u64) -> Namesrv {
+        Namesrv::start_with(dir, name, expiry_ms, "")
+    }
+
+    /// As [`Namesrv::start`], with `extra` config lines.
+    pub fn start_with(dir: &Path, name: &str, expiry_ms: u64, extra: &str) -> Namesrv {
         let addr = format!("127.0.0.1:{}", free_port());
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(
             &config,
-            format!("listen = \"{addr}\"\nscan_interval_ms = 100\nexpiry_ms = {expiry_ms}\n"),
+            format!("listen = \"{addr}\"\nscan_interval_ms = 100\nexpiry_ms = {expiry_ms}\n{extra}"),
         )
         .unwrap();
         let mut n = Namesrv {
@@ -282,4 +292,33 @@ pub fn raftmq_cli(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `GET /metrics` from `addr`; the samples as (name with labels, value).
+pub fn scrape(addr: &str) -> Vec<(String, f64)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').expect("name value");
+            (name.to_string(), value.parse().unwrap_or(f64::NAN))
+        })
+        .collect()
+}
+
+/// Sum of the samples whose name starts with `metric` and whose labels
+/// include every one of `labels` (`key="value"`).
+pub fn sum_of(samples: &[(String, f64)], metric: &str, labels: &[&str]) -> f64 {
+    samples
+        .iter()
+        .filter(|(n, _)| n.split('{').next() == Some(metric) && labels.iter().all(|l| n.contains(l)))
+        .map(|(_, v)| v)
+        .sum()
 }
