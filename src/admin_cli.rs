@@ -25,6 +25,41 @@ pub enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make another node of a broker group its leader.
+    TransferLeader {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The broker group.
+        #[arg(long)]
+        broker: String,
+        /// The node to lead.
+        #[arg(long)]
+        to: u64,
+    },
+    /// Add a node to a broker group (start it first, without bootstrap).
+    AddNode {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        #[arg(long)]
+        broker: String,
+        #[arg(long)]
+        node_id: u64,
+        /// The new node's Raft address (host:port).
+        #[arg(long)]
+        raft_addr: String,
+        /// The new node's client address (host:port).
+        #[arg(long)]
+        client_addr: String,
+    },
+    /// Remove a node from a broker group.
+    RemoveNode {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        #[arg(long)]
+        broker: String,
+        #[arg(long)]
+        node_id: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -39,8 +74,9 @@ pub enum TopicCommand {
         namesrv: String,
         #[arg(long)]
         topic: String,
+        /// Only this broker group.
         #[arg(long)]
-        group: Option<String>,
+        broker: Option<String>,
     },
     /// List the topics the NameServer knows.
     List {
@@ -56,60 +92,6 @@ pub enum TopicCommand {
         #[arg(long)]
         json: bool,
     },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ConsumerGroupCommand {
-    /// Create a consumer group in every broker group (or one, with --group).
-    Create(ConsumerGroupArgs),
-    /// Change a consumer group's settings.
-    Update(ConsumerGroupArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ConsumerGroupArgs {
-    #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
-    namesrv: String,
-    /// Consumer group name: letters, digits, '%', '|', '_' and '-'.
-    #[arg(long = "name")]
-    name: String,
-    /// Deliver each queue in order: a queue's next message only after the
-    /// previous one is acknowledged (FIFO consumption).
-    #[arg(long)]
-    fifo: bool,
-    /// Deliveries before a message moves to %DLQ%<name> (default: the
-    /// broker's max_delivery_attempts, 16).
-    #[arg(long, default_value_t = 0)]
-    max_attempts: u32,
-    /// Only this broker group.
-    #[arg(long)]
-    group: Option<String>,
-}
-
-pub async fn run_consumer_group(cmd: ConsumerGroupCommand) -> anyhow::Result<()> {
-    let (ConsumerGroupCommand::Create(a) | ConsumerGroupCommand::Update(a)) = cmd;
-    raftmq_store::queue_table::validate_topic(&a.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-    for (group, addr) in group_endpoints(&a.namesrv, a.group.as_deref()).await? {
-        BrokerClient::new(channel(&addr)?)
-            .put_consumer_group(pb::PutConsumerGroupRequest {
-                name: a.name.clone(),
-                fifo: a.fifo,
-                max_delivery_attempts: a.max_attempts,
-            })
-            .await
-            .map_err(|s| anyhow::anyhow!("group {group}: {}", s.message()))?;
-        println!(
-            "consumer group {} in broker group {group}: {}{}",
-            a.name,
-            if a.fifo { "FIFO" } else { "concurrent" },
-            if a.max_attempts > 0 {
-                format!(", at most {} deliveries", a.max_attempts)
-            } else {
-                String::new()
-            }
-        );
-    }
-    Ok(())
 }
 
 #[derive(Debug, clap::Args)]
@@ -128,12 +110,12 @@ pub struct TopicArgs {
     /// What the topic accepts: NORMAL, FIFO, DELAY, TRANSACTION or MIXED.
     #[arg(long, default_value = "NORMAL")]
     message_type: String,
-    /// Only this group.
+    /// Only this broker group.
     #[arg(long)]
-    group: Option<String>,
+    broker: Option<String>,
 }
 
-fn channel(addr: &str) -> anyhow::Result<Channel> {
+pub(crate) fn channel(addr: &str) -> anyhow::Result<Channel> {
     Ok(crate::channel::endpoint(addr, Duration::from_secs(3))
         .map_err(anyhow::Error::msg)?
         .timeout(Duration::from_secs(10))
@@ -141,7 +123,7 @@ fn channel(addr: &str) -> anyhow::Result<Channel> {
 }
 
 /// Calls the first NameServer of the list that answers.
-async fn ask<T, F, Fut>(namesrv: &str, call: F) -> anyhow::Result<T>
+pub(crate) async fn ask<T, F, Fut>(namesrv: &str, call: F) -> anyhow::Result<T>
 where
     F: Fn(NameServerClient<Channel>) -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -179,8 +161,62 @@ struct NodeJson {
     is_group_leader: bool,
 }
 
+/// A `raftmq.v1.Broker` client for a broker group (any node; followers
+/// forward to the leader).
+async fn broker_client(namesrv: &str, broker: &str) -> anyhow::Result<BrokerClient<Channel>> {
+    let (_, addr) = group_endpoints(namesrv, Some(broker))
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("no broker group named {broker}"))?;
+    Ok(BrokerClient::new(channel(&addr)?))
+}
+
 pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
-    let ClusterCommand::Status { namesrv, json } = cmd;
+    let (namesrv, json) = match cmd {
+        ClusterCommand::Status { namesrv, json } => (namesrv, json),
+        ClusterCommand::TransferLeader { namesrv, broker, to } => {
+            broker_client(&namesrv, &broker)
+                .await?
+                .transfer_leader(pb::TransferLeaderToRequest { node_id: to })
+                .await
+                .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            println!("broker group {broker}: node {to} is the leader");
+            return Ok(());
+        }
+        ClusterCommand::AddNode {
+            namesrv,
+            broker,
+            node_id,
+            raft_addr,
+            client_addr,
+        } => {
+            broker_client(&namesrv, &broker)
+                .await?
+                .add_node(pb::AddNodeRequest {
+                    node_id,
+                    raft_addr,
+                    client_addr,
+                })
+                .await
+                .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            println!("broker group {broker}: node {node_id} added as a voter");
+            return Ok(());
+        }
+        ClusterCommand::RemoveNode {
+            namesrv,
+            broker,
+            node_id,
+        } => {
+            broker_client(&namesrv, &broker)
+                .await?
+                .remove_node(pb::RemoveNodeRequest { node_id })
+                .await
+                .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            println!("broker group {broker}: node {node_id} removed");
+            return Ok(());
+        }
+    };
     let info = ask(&namesrv, |mut c| async move {
         c.get_cluster_info(pb::ClusterInfoRequest {}).await
     })
@@ -244,7 +280,7 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
 
 /// The client address of each group's leader (or any node: followers
 /// forward), optionally only `only`.
-async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
+pub(crate) async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
     let info = ask(namesrv, |mut c| async move {
         c.get_cluster_info(pb::ClusterInfoRequest {}).await
     })
@@ -277,7 +313,7 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
                     a.message_type
                 );
             }
-            for (group, addr) in group_endpoints(&a.namesrv, a.group.as_deref()).await? {
+            for (group, addr) in group_endpoints(&a.namesrv, a.broker.as_deref()).await? {
                 BrokerClient::new(channel(&addr)?)
                     .put_topic(pb::PutTopicRequest {
                         name: a.topic.clone(),
@@ -297,9 +333,9 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
                 );
             }
         }
-        TopicCommand::Delete { namesrv, topic, group } => {
+        TopicCommand::Delete { namesrv, topic, broker } => {
             raftmq_store::queue_table::validate_topic(&topic)?;
-            for (g, addr) in group_endpoints(&namesrv, group.as_deref()).await? {
+            for (g, addr) in group_endpoints(&namesrv, broker.as_deref()).await? {
                 BrokerClient::new(channel(&addr)?)
                     .delete_topic(pb::DeleteTopicRequest { name: topic.clone() })
                     .await

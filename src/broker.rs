@@ -270,6 +270,92 @@ impl Broker {
         Ok(())
     }
 
+    /// The first queue offset whose message was stored at or after `ts_ms`
+    /// (the queue's end if none was).
+    pub fn offset_for_timestamp(&self, topic: &str, queue_id: u32, ts_ms: u64) -> Result<u64, BrokerError> {
+        let store = &self.node.store;
+        let Some(cq) = store.queue(topic, queue_id) else {
+            return Ok(0);
+        };
+        cq.find_by_timestamp(ts_ms, |u| {
+            let bytes = store.commitlog().read_bytes(u.phys, u64::from(u.size))?;
+            MessageView::parse(&bytes)
+                .map(|(v, _)| v.store_timestamp_ms)
+                .map_err(|e| raftmq_store::StoreError::BadArgument(e.to_string()))
+        })
+        .map_err(|e| BrokerError::Internal(e.to_string()))
+    }
+
+    /// Moves `group` in every queue of `topic` to the first message stored at
+    /// or after `ts_ms`, for pop and offset-based consumption alike. Runs on
+    /// the leader.
+    pub async fn reset_offset_local(&self, group: &str, topic: &str, ts_ms: u64) -> Result<(), BrokerError> {
+        crate::pop::validate_group(group)?;
+        let t = self
+            .node
+            .sm
+            .topic(topic)
+            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        for q in 0..t.read_queues {
+            let offset = self.offset_for_timestamp(topic, q, ts_ms)?;
+            let reset = AdminCommand::ResetConsumption {
+                group: group.to_string(),
+                topic: topic.to_string(),
+                queue_id: q,
+                offset,
+            };
+            self.node.write(raftmq_raft::Command::admin(&reset)).await?;
+            self.commit_offset_local(group, topic, q, offset).await?;
+        }
+        Ok(())
+    }
+
+    /// Messages of `topic` whose id (or one of whose keys) is `wanted`, newest
+    /// first, from the key index of this node's applied state.
+    pub fn query_messages(
+        &self,
+        topic: &str,
+        wanted: &str,
+        by_id: bool,
+        max: usize,
+    ) -> Result<Vec<pb::Message>, BrokerError> {
+        if self.node.sm.topic(topic).is_none() {
+            return Err(BrokerError::TopicNotFound(topic.to_string()));
+        }
+        let store = &self.node.store;
+        let key = format!("{topic}#{wanted}");
+        // Hash collisions and other topics' messages are filtered below.
+        let candidates = store
+            .query_key(key.as_bytes(), 0, u64::MAX, max.saturating_mul(4).max(64))
+            .map_err(|e| BrokerError::Internal(e.to_string()))?;
+        let limit = self.cfg.store.max_record_size;
+        let mut out = Vec::new();
+        for phys in candidates {
+            let log = store.commitlog();
+            let Ok(head) = log.read_bytes(phys, 4) else { continue };
+            let len = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+            if len == 0 || len > limit {
+                continue;
+            }
+            let Ok(bytes) = log.read_bytes(phys, len) else { continue };
+            let Ok((v, _)) = MessageView::parse(&bytes) else {
+                continue;
+            };
+            let hit = if by_id {
+                v.message_id == wanted
+            } else {
+                v.keys().any(|k| k == wanted)
+            };
+            if hit {
+                out.push(to_pb(&v, 0));
+                if out.len() >= max {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     pub async fn delete_topic_local(&self, name: &str) -> Result<(), BrokerError> {
         if self.node.sm.topic(name).is_none() {
             return Err(BrokerError::TopicNotFound(name.to_string()));

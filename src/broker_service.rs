@@ -179,6 +179,69 @@ impl broker_server::Broker for BrokerService {
         Ok(Response::new(out))
     }
 
+    async fn list_consumer_groups(
+        &self,
+        _request: Request<pb::ListConsumerGroupsRequest>,
+    ) -> Result<Response<pb::ConsumerGroupList>, Status> {
+        let groups = self.broker.node.sm.with_metadata(|m| {
+            m.groups
+                .values()
+                .map(|g| pb::ConsumerGroupInfo {
+                    name: g.name.clone(),
+                    fifo: g.fifo,
+                    max_delivery_attempts: g.max_delivery_attempts,
+                })
+                .collect()
+        });
+        Ok(Response::new(pb::ConsumerGroupList { groups }))
+    }
+
+    async fn group_progress(
+        &self,
+        request: Request<pb::GroupProgressRequest>,
+    ) -> Result<Response<pb::GroupProgressResponse>, Status> {
+        let group = request.into_inner().group;
+        crate::pop::validate_group(&group)?;
+        Ok(Response::new(progress_of(&self.broker, &group)))
+    }
+
+    async fn reset_offset(
+        &self,
+        request: Request<pb::ResetOffsetRequest>,
+    ) -> Result<Response<pb::GroupProgressResponse>, Status> {
+        let out = on_leader!(
+            self,
+            request,
+            req,
+            {
+                self.broker
+                    .reset_offset_local(&req.group, &req.topic, req.timestamp_ms)
+                    .await?;
+                Ok(progress_of(&self.broker, &req.group))
+            },
+            reset_offset
+        )?;
+        Ok(Response::new(out))
+    }
+
+    async fn query_messages(
+        &self,
+        request: Request<pb::QueryMessagesRequest>,
+    ) -> Result<Response<pb::QueryMessagesResponse>, Status> {
+        let r = request.into_inner();
+        let max = if r.max == 0 { 32 } else { r.max.min(1024) as usize };
+        let (wanted, by_id) = match r.by {
+            Some(pb::query_messages_request::By::MessageId(id)) => (id, true),
+            Some(pb::query_messages_request::By::Key(k)) => (k, false),
+            None => return Err(Status::invalid_argument("give a message id or a key")),
+        };
+        let broker = self.broker.clone();
+        let messages = tokio::task::spawn_blocking(move || broker.query_messages(&r.topic, &wanted, by_id, max))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(pb::QueryMessagesResponse { messages }))
+    }
+
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let with_digest = request.into_inner().with_digest;
         let broker = self.broker.clone();
@@ -256,5 +319,22 @@ impl broker_server::Broker for BrokerService {
             transfer_leader
         )?;
         Ok(Response::new(out))
+    }
+}
+
+/// A group's progress as the wire message.
+fn progress_of(broker: &Broker, group: &str) -> pb::GroupProgressResponse {
+    pb::GroupProgressResponse {
+        queues: crate::progress::progress(&broker.node, Some(group))
+            .into_iter()
+            .map(|p| pb::QueueProgress {
+                lag: p.lag(),
+                topic: p.topic,
+                queue: p.queue,
+                broker_offset: p.broker_offset,
+                consumer_offset: p.consumer_offset,
+                inflight: p.inflight,
+            })
+            .collect(),
     }
 }

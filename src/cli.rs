@@ -54,13 +54,16 @@ pub enum Command {
     /// Create, update, delete, list topics and show their routes.
     #[command(subcommand)]
     Topic(crate::admin_cli::TopicCommand),
-    /// Create and update consumer groups (FIFO delivery, maximum attempts).
-    #[command(subcommand)]
-    ConsumerGroup(crate::admin_cli::ConsumerGroupCommand),
-    /// Talk to a broker group over raftmq's own protocol (status, topics,
-    /// send, read).
+    /// Consumer groups: create, update, list, progress (lag), reset-offset.
     #[command(subcommand)]
     Group(crate::group_cli::GroupCommand),
+    /// Look messages up by id or key.
+    #[command(subcommand)]
+    Message(crate::message_cli::MessageCommand),
+    /// Talk to one broker node over raftmq's own protocol (status, topics,
+    /// send, read).
+    #[command(subcommand)]
+    Node(crate::node_cli::NodeCommand),
     /// Work with a node's store directory offline.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -125,11 +128,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Cluster(cmd) => runtime()?.block_on(crate::admin_cli::run_cluster(cmd)),
         Command::Topic(cmd) => runtime()?.block_on(crate::admin_cli::run_topic(cmd)),
-        Command::ConsumerGroup(cmd) => runtime()?.block_on(crate::admin_cli::run_consumer_group(cmd)),
-        Command::Group(cmd) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-            .block_on(crate::group_cli::run(cmd)),
+        Command::Group(cmd) => runtime()?.block_on(crate::group_cli::run(cmd)),
+        Command::Message(cmd) => runtime()?.block_on(crate::message_cli::run(cmd)),
+        Command::Node(cmd) => runtime()?.block_on(crate::node_cli::run(cmd)),
         Command::Store(StoreCommand::Verify {
             dir,
             segment_size,

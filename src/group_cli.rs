@@ -1,215 +1,208 @@
-//! `raftmq group ...`: talk to one broker group over raftmq's own
-//! `raftmq.v1.Broker` service (any node of the group will do; followers
-//! forward writes to the leader).
+//! `raftmq group ...`: consumer groups in every broker group, through the
+//! NameServers: create and update (FIFO delivery, maximum attempts), list,
+//! progress per queue (broker offset, consumer offset, lag), and offset
+//! resets to a point in time.
 
-use std::time::{Duration, Instant};
-
-use anyhow::Context;
 use clap::Subcommand;
-use tonic::transport::Channel;
 
+use crate::admin_cli::{channel, group_endpoints};
+use crate::client_cli::parse_duration;
 use crate::pb;
 use crate::pb::broker_client::BrokerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
-    /// Show this node's view of the group: role, term, leader, indexes, members.
-    Status {
-        #[arg(long, default_value = "127.0.0.1:8081")]
-        endpoint: String,
+    /// Create a consumer group in every broker group (or one, with --broker).
+    Create(GroupArgs),
+    /// Change a consumer group's settings.
+    Update(GroupArgs),
+    /// List the consumer groups.
+    List {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
     },
-    /// Create or update a topic.
-    PutTopic {
-        #[arg(long, default_value = "127.0.0.1:8081")]
-        endpoint: String,
+    /// A consumer group's position in each queue: broker offset, consumer
+    /// offset, lag, and messages in flight.
+    Progress {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The consumer group.
         #[arg(long)]
         name: String,
-        /// Read and write queue count.
-        #[arg(long, default_value_t = 8)]
-        queues: u32,
-        /// 2 = write, 4 = read, 6 = both.
-        #[arg(long, default_value_t = 6)]
-        perm: u32,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
     },
-    /// Send messages to one queue, one at a time, and print their offsets.
-    Send {
-        #[arg(long, default_value = "127.0.0.1:8081")]
-        endpoint: String,
+    /// Move a consumer group, in every queue of a topic, to the first message
+    /// stored at or after a time; what is in flight is dropped.
+    ResetOffset {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        #[arg(long)]
+        name: String,
         #[arg(long)]
         topic: String,
-        #[arg(long, default_value_t = 0)]
-        queue: u32,
-        #[arg(long, default_value_t = 1)]
-        count: u64,
-        /// Body size in bytes (the body is filled with a readable pattern).
-        #[arg(long, default_value_t = 64)]
-        size: usize,
-        #[arg(long, default_value = "")]
-        tag: String,
-    },
-    /// Read messages of one queue from the given offset.
-    Read {
-        #[arg(long, default_value = "127.0.0.1:8081")]
-        endpoint: String,
+        /// Milliseconds since the epoch (0: the beginning), or an age like 10m
+        /// or 2h ("that long ago").
         #[arg(long)]
-        topic: String,
-        #[arg(long, default_value_t = 0)]
-        queue: u32,
-        #[arg(long, default_value_t = 0)]
-        from: u64,
-        #[arg(long, default_value_t = 10)]
-        count: u32,
+        to_timestamp: String,
     },
 }
 
-async fn connect(endpoint: &str) -> anyhow::Result<BrokerClient<Channel>> {
-    let channel = crate::channel::endpoint(endpoint, Duration::from_secs(3))
-        .map_err(anyhow::Error::msg)?
-        .connect()
-        .await
-        .with_context(|| format!("cannot reach a broker at {endpoint}; is it running?"))?;
-    Ok(BrokerClient::new(channel)
-        .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(crate::MAX_MESSAGE_SIZE))
+#[derive(Debug, clap::Args)]
+pub struct GroupArgs {
+    #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+    namesrv: String,
+    /// Consumer group name: letters, digits, '%', '|', '_' and '-'.
+    #[arg(long)]
+    name: String,
+    /// Deliver each queue in order: a queue's next message only after the
+    /// previous one is acknowledged (FIFO consumption).
+    #[arg(long)]
+    fifo: bool,
+    /// Deliveries before a message moves to %DLQ%<name> (default: the
+    /// broker's max_delivery_attempts, 16).
+    #[arg(long, default_value_t = 0)]
+    max_attempts: u32,
+    /// Only this broker group.
+    #[arg(long)]
+    broker: Option<String>,
 }
 
-fn status_error(s: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{}", s.message())
+/// `--to-timestamp`: milliseconds since the epoch (0: the beginning), or an
+/// age with its unit ("10m": ten minutes ago).
+fn timestamp_of(s: &str) -> anyhow::Result<u64> {
+    if let Ok(ms) = s.parse::<u64>() {
+        return Ok(ms);
+    }
+    let age = parse_duration(s).map_err(|e| anyhow::anyhow!("--to-timestamp: {e}, or milliseconds since the epoch"))?;
+    Ok(crate::v2_message::now_ms().saturating_sub(age.as_millis() as u64))
+}
+
+fn print_progress(broker: &str, p: &pb::GroupProgressResponse) {
+    for q in &p.queues {
+        println!(
+            "{:<12} {:<24} {:>5} {:>14} {:>14} {:>10} {:>9}",
+            broker, q.topic, q.queue, q.broker_offset, q.consumer_offset, q.lag, q.inflight
+        );
+    }
+}
+
+fn progress_header() {
+    println!(
+        "{:<12} {:<24} {:>5} {:>14} {:>14} {:>10} {:>9}",
+        "broker", "topic", "queue", "broker offset", "consumer off.", "lag", "inflight"
+    );
 }
 
 pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
     match cmd {
-        GroupCommand::Status { endpoint } => {
-            let s = connect(&endpoint)
-                .await?
-                .status(pb::StatusRequest { with_digest: false })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            println!(
-                "group {}  node {}  role {}  term {}",
-                s.group, s.node_id, s.role, s.term
-            );
-            println!(
-                "leader {}  last log {}  committed {}  applied {}",
-                s.leader_id.map_or("none".to_string(), |l| l.to_string()),
-                s.last_log_index,
-                s.commit_index,
-                s.applied_index
-            );
-            for m in s.members {
+        GroupCommand::Create(a) | GroupCommand::Update(a) => {
+            crate::pop::validate_group(&a.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            for (broker, addr) in group_endpoints(&a.namesrv, a.broker.as_deref()).await? {
+                BrokerClient::new(channel(&addr)?)
+                    .put_consumer_group(pb::PutConsumerGroupRequest {
+                        name: a.name.clone(),
+                        fifo: a.fifo,
+                        max_delivery_attempts: a.max_attempts,
+                    })
+                    .await
+                    .map_err(|s| anyhow::anyhow!("broker group {broker}: {}", s.message()))?;
                 println!(
-                    "  node {}  {}  raft {}  client {}",
-                    m.node_id,
-                    if m.voter { "voter  " } else { "learner" },
-                    m.raft_addr,
-                    m.client_addr
+                    "consumer group {} in broker group {broker}: {}{}",
+                    a.name,
+                    if a.fifo { "FIFO" } else { "concurrent" },
+                    if a.max_attempts > 0 {
+                        format!(", at most {} deliveries", a.max_attempts)
+                    } else {
+                        String::new()
+                    }
                 );
             }
         }
-        GroupCommand::PutTopic {
-            endpoint,
-            name,
-            queues,
-            perm,
-        } => {
-            connect(&endpoint)
-                .await?
-                .put_topic(pb::PutTopicRequest {
-                    name: name.clone(),
-                    read_queues: queues,
-                    write_queues: queues,
-                    perm,
-                    message_type: String::new(),
-                })
-                .await
-                .map_err(status_error)?;
-            println!("topic {name}: {queues} queues, perm {perm}");
-        }
-        GroupCommand::Send {
-            endpoint,
-            topic,
-            queue,
-            count,
-            size,
-            tag,
-        } => {
-            let mut client = connect(&endpoint).await?;
-            let start = Instant::now();
-            for i in 0..count {
-                let text = format!("message {i} ");
-                let body: Vec<u8> = text.bytes().cycle().take(size).collect();
-                let req = pb::SendRequest {
-                    topic: topic.clone(),
-                    queue_id: queue,
-                    messages: vec![pb::Message {
-                        message_id: format!("{:016x}-{i}", start.elapsed().as_nanos()),
-                        tag: tag.clone(),
-                        body: body.into(),
-                        born_timestamp_ms: std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0, |d| d.as_millis() as u64),
-                        ..Default::default()
-                    }],
-                };
-                // Like RocketMQ's producers: a send that failed for a
-                // passing reason (no leader yet, outcome unknown) is sent
-                // again, so it is delivered at least once.
-                let deadline = Instant::now() + Duration::from_secs(10);
-                let r = loop {
-                    match client.send(req.clone()).await {
-                        Ok(r) => break r.into_inner(),
-                        Err(s)
-                            if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Aborted)
-                                && Instant::now() < deadline =>
-                        {
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                        Err(s) => return Err(status_error(s)),
-                    }
-                };
-                if count <= 20 {
-                    println!("sent to {topic}/{queue} at offset {}", r.first_queue_offset);
+        GroupCommand::List { namesrv } => {
+            println!(
+                "{:<12} {:<32} {:<10} {:>12}",
+                "broker", "consumer group", "delivery", "max attempts"
+            );
+            for (broker, addr) in group_endpoints(&namesrv, None).await? {
+                let list = BrokerClient::new(channel(&addr)?)
+                    .list_consumer_groups(pb::ListConsumerGroupsRequest {})
+                    .await
+                    .map_err(|s| anyhow::anyhow!("broker group {broker}: {}", s.message()))?
+                    .into_inner();
+                for g in list.groups {
+                    println!(
+                        "{:<12} {:<32} {:<10} {:>12}",
+                        broker,
+                        g.name,
+                        if g.fifo { "FIFO" } else { "concurrent" },
+                        g.max_delivery_attempts
+                    );
                 }
             }
-            let secs = start.elapsed().as_secs_f64();
-            println!(
-                "{count} messages in {secs:.2} s ({:.0} msgs/s, one at a time)",
-                count as f64 / secs
-            );
         }
-        GroupCommand::Read {
-            endpoint,
-            topic,
-            queue,
-            from,
-            count,
-        } => {
-            let r = connect(&endpoint)
-                .await?
-                .read(pb::ReadRequest {
-                    topic: topic.clone(),
-                    queue_id: queue,
-                    offset: from,
-                    max_count: count,
-                })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            for m in &r.messages {
-                let body = String::from_utf8_lossy(&m.body);
-                let shown: String = body.chars().take(60).collect();
-                println!(
-                    "{topic}/{queue} @{}  id {}  tag {:?}  {shown}",
-                    m.queue_offset, m.message_id, m.tag
-                );
+        GroupCommand::Progress { namesrv, name, json } => {
+            crate::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            let mut all = Vec::new();
+            for (broker, addr) in group_endpoints(&namesrv, None).await? {
+                let p = BrokerClient::new(channel(&addr)?)
+                    .group_progress(pb::GroupProgressRequest { group: name.clone() })
+                    .await
+                    .map_err(|s| anyhow::anyhow!("broker group {broker}: {}", s.message()))?
+                    .into_inner();
+                all.push((broker, p));
             }
-            println!(
-                "{} messages; next offset {}, queue end {}",
-                r.messages.len(),
-                r.next_offset,
-                r.max_offset
-            );
+            if json {
+                let queues: Vec<serde_json::Value> = all
+                    .iter()
+                    .flat_map(|(b, p)| {
+                        p.queues.iter().map(move |q| {
+                            serde_json::json!({
+                                "broker": b, "topic": q.topic, "queue": q.queue,
+                                "broker_offset": q.broker_offset, "consumer_offset": q.consumer_offset,
+                                "lag": q.lag, "inflight": q.inflight,
+                            })
+                        })
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "group": name, "queues": queues }))?
+                );
+            } else {
+                progress_header();
+                for (b, p) in &all {
+                    print_progress(b, p);
+                }
+                let lag: u64 = all.iter().flat_map(|(_, p)| &p.queues).map(|q| q.lag).sum();
+                println!("total lag: {lag}");
+            }
+        }
+        GroupCommand::ResetOffset {
+            namesrv,
+            name,
+            topic,
+            to_timestamp,
+        } => {
+            crate::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            let ts = timestamp_of(&to_timestamp)?;
+            progress_header();
+            for (broker, addr) in group_endpoints(&namesrv, None).await? {
+                let p = BrokerClient::new(channel(&addr)?)
+                    .reset_offset(pb::ResetOffsetRequest {
+                        group: name.clone(),
+                        topic: topic.clone(),
+                        timestamp_ms: ts,
+                    })
+                    .await;
+                match p {
+                    Ok(p) => print_progress(&broker, p.get_ref()),
+                    // A broker group without the topic has nothing to reset.
+                    Err(s) if s.code() == tonic::Code::NotFound => {}
+                    Err(s) => anyhow::bail!("broker group {broker}: {}", s.message()),
+                }
+            }
         }
     }
     Ok(())

@@ -9,7 +9,9 @@
 //! | [`dev`]               | `raftmq dev`: NameServer + three broker processes, one command    |
 //! | [`client`]            | a small Rust client of the RocketMQ 5 protocol                    |
 //! | [`client_cli`]        | `raftmq produce`, `raftmq consume`                                |
-//! | [`admin_cli`]         | `raftmq cluster status`, `topic ...`, `consumer-group ...` via NameServers |
+//! | [`admin_cli`]         | `raftmq cluster ...`, `raftmq topic ...` via the NameServers      |
+//! | [`group_cli`]         | `raftmq group ...`: consumer groups, progress, offset resets      |
+//! | [`message_cli`]       | `raftmq message get|find`: by id or key                          |
 //! | [`config`]            | the broker's TOML configuration                                  |
 //! | [`server`]            | `raftmq broker`: a node and its client services, signals          |
 //! | [`broker`]            | the broker core: send, read, topics, groups, status, membership   |
@@ -21,13 +23,14 @@
 //! | [`client_settings`]   | the settings answered on a client's Telemetry stream             |
 //! | [`clients`]           | the v2 clients a node knows (heartbeats, Telemetry streams)      |
 //! | [`pop`]               | pop consumption at the leader: receive, long polling, ack, DLQ    |
+//! | [`progress`]          | consumer groups' offsets, lag and in-flight counts per queue      |
 //! | [`receipt`]           | receipt handles                                                   |
 //! | [`h2_authority`]      | makes multi-address `:authority` headers acceptable to h2         |
 //! | [`metrics`]           | Prometheus metrics of a broker node (counters, scrape-time state) |
 //! | [`metrics_http`]      | the `/metrics` HTTP endpoint (brokers and NameServers)            |
 //! | [`channel`]           | how raftmq's clients open gRPC channels                           |
 //! | [`error`]             | [`error::BrokerError`] and its mapping to gRPC and v2 status codes |
-//! | [`group_cli`]         | `raftmq group status|put-topic|send|read` over raftmq.v1          |
+//! | [`node_cli`]          | `raftmq node status|put-topic|send|read` over raftmq.v1           |
 //! | [`inspect`]           | `raftmq store verify`: open a store offline and summarize it      |
 //! | [`namesrv`]           | the NameServer: registry, routes, expiry, `raftmq namesrv`        |
 //! | [`registration`]      | broker heartbeats to every NameServer, unregister on stop         |
@@ -65,11 +68,14 @@ pub mod error;
 pub mod group_cli;
 pub mod h2_authority;
 pub mod inspect;
+pub mod message_cli;
 pub mod messaging_service;
 pub mod metrics;
 pub mod metrics_http;
 pub mod namesrv;
+pub mod node_cli;
 pub mod pop;
+pub mod progress;
 pub mod receipt;
 pub mod registration;
 pub mod route_cache;

@@ -909,13 +909,7 @@ impl Service for MessagingService {
                     let ts = req.timestamp.as_ref().map(v2_message::millis_of).ok_or_else(|| {
                         BrokerError::Refused(Code::BadRequest, "a TIMESTAMP query needs a timestamp".into())
                     })?;
-                    cq.find_by_timestamp(ts, |u| {
-                        let bytes = store.commitlog().read_bytes(u.phys, u64::from(u.size))?;
-                        MessageView::parse(&bytes)
-                            .map(|(v, _)| v.store_timestamp_ms)
-                            .map_err(|e| raftmq_store::StoreError::BadArgument(e.to_string()))
-                    })
-                    .map_err(|e| BrokerError::Internal(e.to_string()))?
+                    self.broker.offset_for_timestamp(&topic, queue_id, ts)?
                 }
                 Err(_) => return Err(BrokerError::Refused(Code::BadRequest, "unknown offset policy".into())),
             })

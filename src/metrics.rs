@@ -213,53 +213,17 @@ impl prometheus_client::collector::Collector for NodeCollector {
         )?;
 
         // Consumer lag per group and queue, from this node's applied state.
-        let store = &node.store;
-        let (lag, inflight) = node.sm.with_metadata(|md| {
-            let mut lag = Vec::new();
-            let mut inflight = Vec::new();
-            let end = |topic: &str, q: u32| store.queue(topic, q).map_or(0, |cq| cq.max_offset());
-            for (group, topics) in &md.consumption {
-                for (topic, queues) in topics {
-                    // Every queue of a topic the group consumes: one it has
-                    // not popped from yet starts at its oldest message.
-                    let count = md.topics.get(topic).map_or(0, |t| t.read_queues);
-                    let ids: std::collections::BTreeSet<u32> = (0..count).chain(queues.keys().copied()).collect();
-                    for q in ids {
-                        let l = QueueLabels {
-                            group: group.clone(),
-                            topic: topic.clone(),
-                            queue: q,
-                        };
-                        let (done, n) = match queues.get(&q) {
-                            Some(st) => (st.done_below(), st.inflight.len() as u64),
-                            None => (store.queue(topic, q).map_or(0, |cq| cq.min_offset()), 0),
-                        };
-                        lag.push((l.clone(), end(topic, q).saturating_sub(done)));
-                        inflight.push((l, n));
-                    }
-                }
-            }
-            for (group, topics) in &md.offsets {
-                for (topic, queues) in topics {
-                    for (q, offset) in queues {
-                        let popped = md
-                            .consumption
-                            .get(group)
-                            .and_then(|t| t.get(topic))
-                            .is_some_and(|qs| qs.contains_key(q));
-                        if !popped {
-                            let l = QueueLabels {
-                                group: group.clone(),
-                                topic: topic.clone(),
-                                queue: *q,
-                            };
-                            lag.push((l, end(topic, *q).saturating_sub(*offset)));
-                        }
-                    }
-                }
-            }
-            (lag, inflight)
-        });
+        let mut lag = Vec::new();
+        let mut inflight = Vec::new();
+        for p in crate::progress::progress(node, None) {
+            let l = QueueLabels {
+                group: p.group.clone(),
+                topic: p.topic.clone(),
+                queue: p.queue,
+            };
+            lag.push((l.clone(), p.lag()));
+            inflight.push((l, u64::from(p.inflight)));
+        }
         {
             let mut f = e.encode_descriptor(
                 "consumer_lag",

@@ -289,35 +289,26 @@ async fn bad_requests_get_clear_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_group_cli_creates_sends_reads_and_reports() {
+async fn the_node_cli_creates_sends_reads_and_reports() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::start(dir.path(), 3, "async");
     c.leader().await;
     let run = common::raftmq_cli;
     let (n1, n3) = (c.node(1).client_addr.clone(), c.node(3).client_addr.clone());
-    let (ok, out, err) = run(&[
-        "group",
-        "put-topic",
-        "--endpoint",
-        &n3,
-        "--name",
-        "Cli",
-        "--queues",
-        "2",
-    ]);
+    let (ok, out, err) = run(&["node", "put-topic", "--endpoint", &n3, "--name", "Cli", "--queues", "2"]);
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = run(&["group", "send", "--endpoint", &n3, "--topic", "Cli", "--count", "3"]);
+    let (ok, out, err) = run(&["node", "send", "--endpoint", &n3, "--topic", "Cli", "--count", "3"]);
     assert!(ok && out.contains("offset 2"), "{out}{err}");
-    let (ok, out, err) = run(&["group", "read", "--endpoint", &n1, "--topic", "Cli"]);
+    let (ok, out, err) = run(&["node", "read", "--endpoint", &n1, "--topic", "Cli"]);
     assert!(ok && out.contains("3 messages"), "{out}{err}");
-    let (ok, out, err) = run(&["group", "status", "--endpoint", &n1]);
+    let (ok, out, err) = run(&["node", "status", "--endpoint", &n1]);
     assert!(ok && out.contains("role") && out.contains("voter"), "{out}{err}");
     // Bad arguments and unknown topics: one line on stderr, non-zero exit.
-    let (ok, _, err) = run(&["group", "send", "--endpoint", &n1, "--topic", "Nope"]);
+    let (ok, _, err) = run(&["node", "send", "--endpoint", &n1, "--topic", "Nope"]);
     assert!(
         !ok && err.trim().lines().count() == 1 && err.contains("does not exist"),
         "{err}"
     );
-    let (ok, _, err) = run(&["group", "status", "--endpoint", "127.0.0.1:1"]);
+    let (ok, _, err) = run(&["node", "status", "--endpoint", "127.0.0.1:1"]);
     assert!(!ok && err.contains("cannot reach"), "{err}");
 }

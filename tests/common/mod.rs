@@ -69,7 +69,9 @@ impl Cluster {
                  raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\nsnapshot_every = 1000\nmax_body_bytes = 524288\n\
                  metrics_listen = \"127.0.0.1:{m}\"\n{extra}\n{peers}\n\
                  [store]\nflush_mode = \"{flush_mode}\"\nsegment_size = 1048576\nmax_record_size = 1000000\n\
-                 cq_units_per_file = 1000\nindex_slots = 1000\nindex_entries = 10000\n",
+                 cq_units_per_file = 1000\nindex_slots = 1000\nindex_entries = 10000\n\
+                 # The host's disk use must not decide a test (retention has its own tests).\n\
+                 [store.retention]\ndisk_warn_ratio = 1.0\ndisk_force_ratio = 1.0\ndisk_refuse_ratio = 1.0\n",
                 dir.join(format!("node{id}")).display(),
                 id == 1
             );

@@ -81,7 +81,8 @@ fn start() -> Cluster {
             format!(
                 "group = \"g1\"\nnode_id = {id}\ndata_dir = \"{}\"\nclient_listen = \"127.0.0.1:{c}\"\n\
                  raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\nnamesrv_addrs = [\"{namesrv}\"]\n\
-                 namesrv_heartbeat_interval_ms = 500\n{peers}\n[store]\nsegment_size = 16777216\n",
+                 namesrv_heartbeat_interval_ms = 500\n{peers}\n[store]\nsegment_size = 16777216\n\
+                 [store.retention]\ndisk_warn_ratio = 1.0\ndisk_force_ratio = 1.0\ndisk_refuse_ratio = 1.0\n",
                 dir.path().join(format!("node{id}")).display(),
                 id == 1
             ),

@@ -1,0 +1,92 @@
+//! `raftmq message get|find`: look messages up by message id or by key in
+//! every broker group that has the topic, through the key index (any node
+//! answers from its applied state).
+
+use clap::Subcommand;
+
+use crate::admin_cli::{channel, group_endpoints};
+use crate::pb;
+use crate::pb::broker_client::BrokerClient;
+
+#[derive(Debug, Subcommand)]
+pub enum MessageCommand {
+    /// The message with this id.
+    Get {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        #[arg(long)]
+        topic: String,
+        /// The message id a send returned.
+        #[arg(long)]
+        id: String,
+    },
+    /// Messages with this key, newest first.
+    Find {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        key: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 32)]
+        max: u32,
+    },
+}
+
+fn show(broker: &str, m: &pb::Message) {
+    let body = String::from_utf8_lossy(&m.body);
+    let preview: String = body.chars().take(80).collect();
+    println!(
+        "{broker}: id {} tag {} keys [{}] born {} stored {} props {:?}\n  {preview}{}",
+        m.message_id,
+        if m.tag.is_empty() { "-" } else { &m.tag },
+        m.keys.join(" "),
+        m.born_timestamp_ms,
+        m.store_timestamp_ms,
+        m.properties
+            .iter()
+            .filter(|(k, _)| !k.starts_with(crate::v2_message::RESERVED_PREFIX))
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        if body.chars().count() > 80 { "..." } else { "" }
+    );
+}
+
+pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
+    let (namesrv, topic, by, max) = match cmd {
+        MessageCommand::Get { namesrv, topic, id } => {
+            (namesrv, topic, pb::query_messages_request::By::MessageId(id), 1)
+        }
+        MessageCommand::Find {
+            namesrv,
+            topic,
+            key,
+            max,
+        } => (namesrv, topic, pb::query_messages_request::By::Key(key), max),
+    };
+    raftmq_store::queue_table::validate_topic(&topic)?;
+    let mut found = 0;
+    for (broker, addr) in group_endpoints(&namesrv, None).await? {
+        let r = BrokerClient::new(channel(&addr)?)
+            .query_messages(pb::QueryMessagesRequest {
+                topic: topic.clone(),
+                by: Some(by.clone()),
+                max,
+            })
+            .await;
+        match r {
+            Ok(r) => {
+                for m in &r.get_ref().messages {
+                    show(&broker, m);
+                    found += 1;
+                }
+            }
+            Err(s) if s.code() == tonic::Code::NotFound => {}
+            Err(s) => anyhow::bail!("broker group {broker}: {}", s.message()),
+        }
+    }
+    if found == 0 {
+        anyhow::bail!("no such message in topic {topic}");
+    }
+    Ok(())
+}

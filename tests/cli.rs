@@ -1,0 +1,211 @@
+//! Every `raftmq` admin command against a NameServer and a three-node group
+//! of real processes, and what bad arguments get: one line, a non-zero exit,
+//! never a backtrace.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Namesrv, raftmq_cli};
+
+/// Runs `raftmq args` until it succeeds (brokers may not be registered yet).
+fn ok(args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out, err) = raftmq_cli(args);
+        if ok {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "raftmq {args:?}: {err}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_commands_against_a_real_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namesrv::start(dir.path(), "ns", 120_000);
+    let extra = format!(
+        "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 200\n",
+        ns.addr
+    );
+    let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
+    let leader = cluster.leader().await;
+    let n = ns.addr.as_str();
+    let access: Vec<String> = cluster.nodes.iter().map(|n| n.client_addr.clone()).collect();
+    let access = access.join(";");
+
+    ok(&["topic", "create", "--namesrv", n, "--topic", "Cli", "--queues", "2"]);
+    let out = ok(&[
+        "group",
+        "create",
+        "--namesrv",
+        n,
+        "--name",
+        "Orders",
+        "--fifo",
+        "--max-attempts",
+        "5",
+    ]);
+    assert!(out.contains("FIFO") && out.contains("at most 5"), "{out}");
+    let out = ok(&["group", "list", "--namesrv", n]);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("Orders") && l.contains("FIFO") && l.contains('5')),
+        "{out}"
+    );
+
+    // Produce 6 with a key, consume 2: progress shows a lag of 4.
+    let out = ok(&[
+        "produce",
+        "--endpoint",
+        &access,
+        "--topic",
+        "Cli",
+        "--count",
+        "6",
+        "--key",
+        "order-7",
+    ]);
+    let first_id = out
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let out = ok(&[
+        "consume",
+        "--endpoint",
+        &access,
+        "--topic",
+        "Cli",
+        "--group",
+        "Readers",
+        "--count",
+        "2",
+        "--timeout",
+        "20s",
+    ]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let out = ok(&["group", "progress", "--namesrv", n, "--name", "Readers", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let lag: u64 = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["lag"].as_u64().unwrap())
+        .sum();
+    assert_eq!(lag, 4, "{out}");
+    // Back to the beginning: the lag is all 6 again.
+    ok(&[
+        "group",
+        "reset-offset",
+        "--namesrv",
+        n,
+        "--name",
+        "Readers",
+        "--topic",
+        "Cli",
+        "--to-timestamp",
+        "0",
+    ]);
+    let out = ok(&["group", "progress", "--namesrv", n, "--name", "Readers"]);
+    assert!(out.contains("total lag: 6"), "{out}");
+
+    // Queries by id and by key.
+    let out = ok(&["message", "get", "--namesrv", n, "--topic", "Cli", "--id", &first_id]);
+    assert!(out.contains(&first_id) && out.contains("message 0"), "{out}");
+    let out = ok(&["message", "find", "--namesrv", n, "--topic", "Cli", "--key", "order-7"]);
+    assert_eq!(out.lines().filter(|l| l.contains("order-7")).count(), 6, "{out}");
+    let (found, _, err) = raftmq_cli(&["message", "get", "--namesrv", n, "--topic", "Cli", "--id", "nope"]);
+    assert!(!found && err.contains("no such message"), "{err}");
+
+    // Membership: move leadership, take a node out and put it back.
+    let to = (1..=3).find(|i| *i != leader).unwrap();
+    ok(&[
+        "cluster",
+        "transfer-leader",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--to",
+        &to.to_string(),
+    ]);
+    assert_eq!(cluster.leader().await, to);
+    let other = (1..=3).find(|i| *i != to).unwrap();
+    ok(&[
+        "cluster",
+        "remove-node",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--node-id",
+        &other.to_string(),
+    ]);
+    let s = cluster.status(to, false).await.unwrap();
+    assert!(s.members.iter().all(|m| m.node_id != other), "{s:?}");
+    let (raft, client) = (
+        cluster.node(other).raft_addr.clone(),
+        cluster.node(other).client_addr.clone(),
+    );
+    ok(&[
+        "cluster",
+        "add-node",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--node-id",
+        &other.to_string(),
+        "--raft-addr",
+        &raft,
+        "--client-addr",
+        &client,
+    ]);
+    let s = cluster.status(to, false).await.unwrap();
+    assert!(s.members.iter().any(|m| m.node_id == other && m.voter), "{s:?}");
+    cluster.check_alive();
+}
+
+#[test]
+fn bad_arguments_get_one_line_and_a_non_zero_exit() {
+    for args in [
+        vec!["produce"],
+        vec!["produce", "--topic", "T", "--count", "many"],
+        vec!["consume", "--topic", "T", "--group", "G", "--timeout", "5 days"],
+        vec!["bogus"],
+        vec!["group", "reset-offset", "--name", "G", "--topic", "T"],
+        vec!["cluster", "transfer-leader", "--broker", "b", "--to", "x"],
+    ] {
+        let (ok, out, err) = raftmq_cli(&args);
+        assert!(!ok, "{args:?} succeeded: {out}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error:"), "{args:?}: {err}");
+        assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    }
+    // Errors found after parsing are one line too.
+    for args in [
+        vec!["produce", "--endpoint", "127.0.0.1:1", "--topic", "T"],
+        vec!["group", "list", "--namesrv", "127.0.0.1:1"],
+        vec![
+            "message",
+            "get",
+            "--namesrv",
+            "not an address",
+            "--topic",
+            "T",
+            "--id",
+            "x",
+        ],
+        vec!["produce", "--endpoint", "", "--topic", "T"],
+    ] {
+        let (ok, _, err) = raftmq_cli(&args);
+        assert!(!ok, "{args:?}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
