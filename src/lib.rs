@@ -9,6 +9,8 @@
 //! | [`dev`]               | `raftmq dev`: NameServer + three broker processes, one command    |
 //! | [`client`]            | a small Rust client of the RocketMQ 5 protocol                    |
 //! | [`client_cli`]        | `raftmq produce`, `raftmq consume`                                |
+//! | [`bench_cli`]         | `raftmq bench produce|consume|e2e`: load, progress, report        |
+//! | [`bench_plot`]        | the latency plots of `raftmq bench --plot`                        |
 //! | [`admin_cli`]         | `raftmq cluster ...`, `raftmq topic ...` via the NameServers      |
 //! | [`group_cli`]         | `raftmq group ...`: consumer groups, progress, offset resets      |
 //! | [`message_cli`]       | `raftmq message get|find`: by id or key                          |
@@ -53,6 +55,8 @@
 
 pub mod admin_cli;
 pub mod batcher;
+pub mod bench_cli;
+pub mod bench_plot;
 pub mod broker;
 pub mod broker_service;
 pub mod channel;

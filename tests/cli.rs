@@ -122,6 +122,76 @@ async fn admin_commands_against_a_real_cluster() {
     let (found, _, err) = raftmq_cli(&["message", "get", "--namesrv", n, "--topic", "Cli", "--id", "nope"]);
     assert!(!found && err.contains("no such message"), "{err}");
 
+    // Benchmarks: JSON reports with the promised fields, and a plot.
+    let plot = dir.path().join("lat.png");
+    let out = ok(&[
+        "bench",
+        "produce",
+        "--endpoint",
+        &access,
+        "--topic",
+        "Cli",
+        "--count",
+        "60",
+        "--concurrency",
+        "4",
+        "--size",
+        "100",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for key in [
+        "msgs_per_s",
+        "mib_per_s",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "p999_ms",
+        "max_ms",
+        "ok",
+        "errors",
+    ] {
+        assert!(v.get(key).is_some(), "bench report lacks {key}: {out}");
+    }
+    assert_eq!((v["ok"].as_u64(), v["errors"].as_u64()), (Some(60), Some(0)), "{out}");
+    let png = std::fs::read(&plot).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "the plot is a PNG");
+    let out = ok(&[
+        "bench",
+        "consume",
+        "--endpoint",
+        &access,
+        "--topic",
+        "Cli",
+        "--group",
+        "BenchReaders",
+        "--count",
+        "60",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["ok"].as_u64().unwrap() >= 60, "{out}");
+    let out = ok(&[
+        "bench",
+        "e2e",
+        "--endpoint",
+        &access,
+        "--topic",
+        "Cli",
+        "--duration",
+        "2s",
+        "--concurrency",
+        "2",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        v["ok"].as_u64().unwrap() > 0 && v["p50_ms"].as_f64().unwrap() > 0.0,
+        "{out}"
+    );
+
     // Membership: move leadership, take a node out and put it back.
     let to = (1..=3).find(|i| *i != leader).unwrap();
     ok(&[
@@ -180,6 +250,7 @@ fn bad_arguments_get_one_line_and_a_non_zero_exit() {
         vec!["bogus"],
         vec!["group", "reset-offset", "--name", "G", "--topic", "T"],
         vec!["cluster", "transfer-leader", "--broker", "b", "--to", "x"],
+        vec!["bench", "produce", "--count", "5", "--duration", "5s"],
     ] {
         let (ok, out, err) = raftmq_cli(&args);
         assert!(!ok, "{args:?} succeeded: {out}");

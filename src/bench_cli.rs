@@ -1,0 +1,323 @@
+//! `raftmq bench produce|consume|e2e`: load through the RocketMQ 5 protocol
+//! ([`crate::client`]) with a live progress bar, then msgs/s, MiB/s,
+//! latency percentiles and error counts (or one JSON object), and optional
+//! latency plots.
+//!
+//! * `produce`: `--concurrency` senders; latency is each send's round trip.
+//! * `consume`: `--concurrency` receivers (receive + ack); latency is each
+//!   message's time from its producer's clock to its receipt (the clocks of
+//!   one machine for a local cluster).
+//! * `e2e`: senders and receivers together; latency is send to receive.
+//!
+//! Every run is bounded by `--count` messages or `--duration`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Subcommand;
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::client::{Client, Outgoing};
+use crate::client_cli::{parse_duration, pattern_body};
+
+/// User property carrying the send time (µs since the epoch).
+const SENT_US: &str = "bench_sent_us";
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Send as fast as the senders can.
+    Produce(BenchArgs),
+    /// Receive and acknowledge as fast as the receivers can.
+    Consume(BenchArgs),
+    /// Send and receive at once; latency is send to receive.
+    E2e(BenchArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Access points: host:port, several separated by ';'.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub endpoint: String,
+    #[arg(long, default_value = "TestTopic")]
+    pub topic: String,
+    /// Consumer group (consume and e2e).
+    #[arg(long, default_value = "BenchGroup")]
+    pub group: String,
+    /// Concurrent senders (and receivers).
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Run this long (e.g. 30s); the default when --count is not given is 10s.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "count")]
+    pub duration: Option<Duration>,
+    /// Stop after this many messages.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Write latency-over-time and latency-histogram plots to this PNG.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+}
+
+/// The report, as `--json` prints it.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub mode: String,
+    pub ok: u64,
+    pub errors: u64,
+    pub secs: f64,
+    pub msgs_per_s: f64,
+    pub mib_per_s: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Latency samples: (seconds since the start, latency in µs).
+type Samples = Arc<Mutex<Vec<(f64, u64)>>>;
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+}
+
+struct Run {
+    args: BenchArgs,
+    client: Client,
+    started: Instant,
+    deadline: Option<Instant>,
+    /// Messages sent (or received) and their budget.
+    sent: AtomicU64,
+    received: AtomicU64,
+    errors: AtomicU64,
+    samples: Samples,
+}
+
+impl Run {
+    fn budget_left(&self, counter: &AtomicU64) -> bool {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        match self.args.count {
+            Some(n) => counter.fetch_add(1, Ordering::Relaxed) < n,
+            None => {
+                counter.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+        }
+    }
+
+    async fn record(&self, latency_us: u64) {
+        let at = self.started.elapsed().as_secs_f64();
+        self.samples.lock().await.push((at, latency_us));
+    }
+
+    async fn send_loop(self: Arc<Self>, e2e: bool) {
+        let mut i = 0u64;
+        while self.budget_left(&self.sent) {
+            let body = pattern_body(i, self.args.size);
+            i += 1;
+            let m = Outgoing::new(self.args.topic.clone(), body).property(SENT_US, now_us().to_string());
+            let t = Instant::now();
+            match self.client.send(m).await {
+                Ok(_) if !e2e => self.record(t.elapsed().as_micros() as u64).await,
+                Ok(_) => {}
+                Err(_) => {
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    async fn receive_loop(self: Arc<Self>) {
+        let a = &self.args;
+        // Without a time limit, a receiver gives up after this long with
+        // nothing to receive (messages fewer than --count).
+        let mut last_got = Instant::now();
+        loop {
+            if self.deadline.is_none() && last_got.elapsed() > Duration::from_secs(10) {
+                return;
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            if a.count.is_some_and(|n| self.received.load(Ordering::Relaxed) >= n) {
+                return;
+            }
+            let r = self
+                .client
+                .receive(
+                    &a.group,
+                    &a.topic,
+                    "*",
+                    32,
+                    Duration::from_secs(30),
+                    Duration::from_millis(500),
+                )
+                .await;
+            match r {
+                Ok(batch) => {
+                    if !batch.is_empty() {
+                        last_got = Instant::now();
+                    }
+                    let now = now_us();
+                    for m in &batch {
+                        let sent = m
+                            .properties
+                            .iter()
+                            .find(|(k, _)| k == SENT_US)
+                            .and_then(|(_, v)| v.parse::<u64>().ok());
+                        if let Some(s) = sent {
+                            self.record(now.saturating_sub(s)).await;
+                        }
+                    }
+                    self.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    if self.client.ack(&a.group, &a.topic, &batch).await.is_err() {
+                        self.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(_) => {
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    let (mode, a) = match cmd {
+        BenchCommand::Produce(a) => ("produce", a),
+        BenchCommand::Consume(a) => ("consume", a),
+        BenchCommand::E2e(a) => ("e2e", a),
+    };
+    if a.concurrency == 0 || a.concurrency > 4096 {
+        anyhow::bail!("--concurrency must be between 1 and 4096");
+    }
+    let duration = a.duration.or(a.count.is_none().then_some(Duration::from_secs(10)));
+    let client = Client::connect(&a.endpoint)?;
+    // Fail early, and clearly, on a wrong topic or endpoint.
+    client
+        .route(&a.topic)
+        .await
+        .map_err(|e| anyhow::anyhow!("topic {}: {e}", a.topic))?;
+    let started = Instant::now();
+    let run = Arc::new(Run {
+        client,
+        started,
+        deadline: duration.map(|d| started + d),
+        sent: AtomicU64::new(0),
+        received: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        samples: Arc::default(),
+        args: a.clone(),
+    });
+    let bar = progress_bar(&a, duration);
+    let mut tasks = Vec::new();
+    for _ in 0..a.concurrency {
+        if mode != "consume" {
+            tasks.push(tokio::spawn(run.clone().send_loop(mode == "e2e")));
+        }
+        if mode != "produce" {
+            tasks.push(tokio::spawn(run.clone().receive_loop()));
+        }
+    }
+    let counter = |r: &Run| {
+        if mode == "produce" {
+            r.samples.try_lock().map_or(0, |s| s.len() as u64)
+        } else {
+            r.received.load(Ordering::Relaxed)
+        }
+    };
+    let all = futures::future::join_all(tasks);
+    tokio::pin!(all);
+    loop {
+        tokio::select! {
+            _ = &mut all => break,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                let done = counter(&run);
+                let secs = started.elapsed().as_secs_f64().max(1e-9);
+                match (a.count, duration) {
+                    (Some(_), _) => bar.set_position(done),
+                    (None, Some(_)) => bar.set_position(started.elapsed().as_secs()),
+                    _ => {}
+                }
+                bar.set_message(format!("{done} msgs, {:.0} msgs/s, {} errors", done as f64 / secs, run.errors.load(Ordering::Relaxed)));
+            }
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    let samples = std::mem::take(&mut *run.samples.lock().await);
+    let mut lat: Vec<u64> = samples.iter().map(|(_, l)| *l).collect();
+    lat.sort_unstable();
+    let ok = if mode == "produce" {
+        lat.len() as u64
+    } else {
+        run.received.load(Ordering::Relaxed)
+    };
+    let report = Report {
+        mode: mode.into(),
+        ok,
+        errors: run.errors.load(Ordering::Relaxed),
+        secs,
+        msgs_per_s: ok as f64 / secs,
+        mib_per_s: ok as f64 * a.size as f64 / secs / (1024.0 * 1024.0),
+        p50_ms: percentile(&lat, 0.5),
+        p90_ms: percentile(&lat, 0.9),
+        p99_ms: percentile(&lat, 0.99),
+        p999_ms: percentile(&lat, 0.999),
+        max_ms: lat.last().map_or(0.0, |m| *m as f64 / 1000.0),
+    };
+    if let Some(path) = &a.plot {
+        crate::bench_plot::draw(path, &format!("raftmq bench {mode}"), &samples)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{mode}: {} ok, {} errors in {:.1} s: {:.0} msgs/s, {:.2} MiB/s",
+            report.ok, report.errors, report.secs, report.msgs_per_s, report.mib_per_s
+        );
+        println!(
+            "latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+            report.p50_ms, report.p90_ms, report.p99_ms, report.p999_ms, report.max_ms
+        );
+        if let Some(p) = &a.plot {
+            println!("plots: {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+fn progress_bar(a: &BenchArgs, duration: Option<Duration>) -> indicatif::ProgressBar {
+    let bar = match (a.count, duration) {
+        (Some(n), _) => indicatif::ProgressBar::new(n),
+        (None, Some(d)) => indicatif::ProgressBar::new(d.as_secs().max(1)),
+        _ => indicatif::ProgressBar::new_spinner(),
+    };
+    if a.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let style = indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
+}
