@@ -181,6 +181,30 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
                 .transfer_leader(pb::TransferLeaderToRequest { node_id: to })
                 .await
                 .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            // The call starts the transfer; wait for the node to take over.
+            let info = ask(&namesrv, |mut c| async move {
+                c.get_cluster_info(pb::ClusterInfoRequest {}).await
+            })
+            .await?;
+            let addr = info
+                .nodes
+                .iter()
+                .find(|n| n.group == broker && n.node_id == to)
+                .map(|n| n.client_addr.clone())
+                .ok_or_else(|| anyhow::anyhow!("broker group {broker} has no node {to}"))?;
+            let mut node = BrokerClient::new(channel(&addr)?);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(s) = node.status(pb::StatusRequest { with_digest: false }).await
+                    && s.get_ref().role == "leader"
+                {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    bail!("node {to} did not become the leader within 10 s");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             println!("broker group {broker}: node {to} is the leader");
             return Ok(());
         }

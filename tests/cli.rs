@@ -204,7 +204,11 @@ async fn admin_commands_against_a_real_cluster() {
         "--to",
         &to.to_string(),
     ]);
-    assert_eq!(cluster.leader().await, to);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.leader().await != to {
+        assert!(Instant::now() < deadline, "node {to} never led");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let other = (1..=3).find(|i| *i != to).unwrap();
     ok(&[
         "cluster",
