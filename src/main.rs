@@ -7,11 +7,16 @@ fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         // Help and version go to stdout as they are.
         Err(e) if !e.use_stderr() => e.exit(),
-        // A usage error is one line (clap's first), and a pointer to --help.
+        // A usage error is one line (clap's first paragraph, which names
+        // what is wrong), and a pointer to --help.
         Err(e) => {
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("error: bad arguments");
-            eprintln!("{first} (see --help)");
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{} (see --help)", first.join(" "));
             return std::process::ExitCode::from(2);
         }
     };

@@ -54,6 +54,33 @@ async fn admin_commands_against_a_real_cluster() {
             .any(|l| l.contains("Orders") && l.contains("FIFO") && l.contains('5')),
         "{out}"
     );
+    ok(&[
+        "group",
+        "update",
+        "--namesrv",
+        n,
+        "--name",
+        "Orders",
+        "--max-attempts",
+        "7",
+    ]);
+    let out = ok(&["group", "list", "--namesrv", n]);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("Orders") && l.contains("concurrent") && l.contains('7')),
+        "{out}"
+    );
+    // A topic update reaches the NameServer's routes with the next heartbeat.
+    ok(&["topic", "update", "--namesrv", n, "--topic", "Cli", "--queues", "3"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = ok(&["topic", "route", "--namesrv", n, "--topic", "Cli", "--json"]);
+        if out.contains("\"write_queues\": 3") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the route never showed 3 queues: {out}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Produce 6 with a key, consume 2: progress shows a lag of 4.
     let out = ok(&[
