@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::ServerState;
 use openraft::async_runtime::WatchReceiver;
 use raftmq_raft::command::{AdminCommand, BatchOutcome, Response, SendBatch, TopicConfig};
 use raftmq_raft::consumption::GroupConfig;
@@ -367,13 +366,7 @@ impl Broker {
 
     pub fn status(&self, with_digest: bool) -> Result<pb::StatusResponse, BrokerError> {
         let m = self.node.raft.metrics().borrow_watched().clone();
-        let role = match m.state {
-            ServerState::Leader => "leader",
-            ServerState::Follower => "follower",
-            ServerState::Candidate => "candidate",
-            ServerState::Learner => "learner",
-            ServerState::Shutdown => "shutdown",
-        };
+        let role = self.node.role();
         let membership = m.membership_config.membership();
         let voters: Vec<u64> = membership.voter_ids().collect();
         let members = membership
@@ -439,17 +432,14 @@ pub fn from_pb(m: pb::Message) -> Message {
 }
 
 pub fn to_pb(v: &MessageView<'_>, queue_offset: u64) -> pb::Message {
+    let m = v.to_message();
     pb::Message {
-        message_id: v.message_id.to_string(),
-        tag: v.tag.to_string(),
-        keys: v.keys().map(str::to_string).collect(),
-        properties: v
-            .properties()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        body: bytes::Bytes::copy_from_slice(v.body),
-        born_timestamp_ms: v.born_timestamp_ms,
+        message_id: m.message_id,
+        tag: m.tag,
+        keys: m.keys,
+        properties: m.properties.into_iter().collect(),
+        body: m.body,
+        born_timestamp_ms: m.born_timestamp_ms,
         store_timestamp_ms: v.store_timestamp_ms,
         queue_offset,
     }

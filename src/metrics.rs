@@ -12,7 +12,6 @@
 
 use std::sync::Arc;
 
-use openraft::ServerState;
 use openraft::async_runtime::WatchReceiver;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -142,13 +141,7 @@ impl prometheus_client::collector::Collector for NodeCollector {
         let node = &*self.node;
         let m = node.raft.metrics().borrow_watched().clone();
         gauge(&mut e, "raft_term", "Current Raft term", m.current_term as i64)?;
-        let role = match m.state {
-            ServerState::Leader => "leader",
-            ServerState::Follower => "follower",
-            ServerState::Candidate => "candidate",
-            ServerState::Learner => "learner",
-            ServerState::Shutdown => "shutdown",
-        };
+        let role = node.role();
         {
             let mut f = e.encode_descriptor(
                 "raft_role",

@@ -481,7 +481,8 @@ impl Popper {
             }
         };
         let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
-        let mut copy = crate::v2_message::stored_copy(&view);
+        // Reserved properties are kept: the copy still says what it was.
+        let mut copy = view.to_message();
         copy.properties.push((
             "__rmq.dlq_origin".into(),
             format!("{topic}/{}/{}", r.queue_id, r.offset),

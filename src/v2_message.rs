@@ -217,23 +217,6 @@ pub fn accepted_types(t: TopicMessageType) -> Vec<v2::MessageType> {
     }
 }
 
-/// A stored message as a copy for a dead-letter topic (reserved properties
-/// kept, so the copy still says what it was).
-pub fn stored_copy(v: &MessageView<'_>) -> Message {
-    Message {
-        message_id: v.message_id.to_string(),
-        tag: v.tag.to_string(),
-        keys: v.keys().map(str::to_string).collect(),
-        properties: v
-            .properties()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        body: Bytes::copy_from_slice(v.body),
-        born_timestamp_ms: v.born_timestamp_ms,
-    }
-}
-
 /// How one delivery of a stored message is described to a consumer.
 pub struct Delivery<'a> {
     pub topic: &'a str,

@@ -238,6 +238,17 @@ impl RaftNode {
         Some((id, addr))
     }
 
+    /// This node's Raft role: leader, follower, candidate, learner or shutdown.
+    pub fn role(&self) -> &'static str {
+        match self.raft.metrics().borrow_watched().state {
+            openraft::ServerState::Leader => "leader",
+            openraft::ServerState::Follower => "follower",
+            openraft::ServerState::Candidate => "candidate",
+            openraft::ServerState::Learner => "learner",
+            openraft::ServerState::Shutdown => "shutdown",
+        }
+    }
+
     pub fn is_leader(&self) -> bool {
         self.raft.is_leader()
     }
