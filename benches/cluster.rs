@@ -93,14 +93,17 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
 
 /// A client channel as a real client should open it: without Nagle's
 /// algorithm, which with delayed ACKs stalls small requests for 40 ms.
-async fn connect(addr: &str) -> BrokerClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(addr.to_string())
+async fn channel(addr: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(addr.to_string())
         .unwrap()
         .tcp_nodelay(true)
         .connect()
         .await
-        .unwrap();
-    BrokerClient::new(channel)
+        .unwrap()
+}
+
+async fn connect(addr: &str) -> BrokerClient<tonic::transport::Channel> {
+    BrokerClient::new(channel(addr).await)
 }
 
 async fn leader_client(nodes: &[RunningBroker]) -> String {
@@ -294,13 +297,7 @@ fn v2_message(i: u64, body: &bytes::Bytes) -> v2::Message {
 }
 
 async fn v2_connect(addr: &str) -> MessagingServiceClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(addr.to_string())
-        .unwrap()
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .unwrap();
-    MessagingServiceClient::new(channel)
+    MessagingServiceClient::new(channel(addr).await)
 }
 
 /// One receive (long-polling up to `wait_ms`) and the ack of what came;

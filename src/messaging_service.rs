@@ -168,6 +168,36 @@ fn group_name(r: Option<&v2::Resource>) -> Result<String, BrokerError> {
     Ok(name)
 }
 
+/// The queue a request names.
+struct QueueRef {
+    topic: String,
+    namespace: String,
+    id: i32,
+}
+
+impl QueueRef {
+    fn of(mq: Option<&v2::MessageQueue>) -> Result<QueueRef, BrokerError> {
+        let mq = mq.cloned().unwrap_or_default();
+        Ok(QueueRef {
+            topic: topic_name(mq.topic.as_ref())?,
+            namespace: mq.topic.map(|t| t.resource_namespace).unwrap_or_default(),
+            id: mq.id,
+        })
+    }
+
+    fn queue_id(&self) -> Result<u32, BrokerError> {
+        u32::try_from(self.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))
+    }
+}
+
+/// An offset answer: the offset with OK, or the error's status and 0.
+fn offset_reply<T>(r: Result<u64, BrokerError>, reply: impl FnOnce(v2::Status, i64) -> T) -> T {
+    match r {
+        Ok(offset) => reply(ok(), offset as i64),
+        Err(e) => reply(e.v2_status(), 0),
+    }
+}
+
 fn decode_receipt(s: &str) -> Result<Receipt, BrokerError> {
     receipt::decode(s).ok_or_else(|| {
         BrokerError::Refused(
@@ -310,13 +340,7 @@ impl MessagingService {
         client_deadline: Option<Duration>,
     ) -> Result<Vec<v2::ReceiveMessageResponse>, BrokerError> {
         let group = group_name(req.group.as_ref())?;
-        let mq = req.message_queue.unwrap_or_default();
-        let topic = topic_name(mq.topic.as_ref())?;
-        let namespace = mq
-            .topic
-            .as_ref()
-            .map(|t| t.resource_namespace.clone())
-            .unwrap_or_default();
+        let QueueRef { topic, namespace, id } = QueueRef::of(req.message_queue.as_ref())?;
         let filter = filter_of(req.filter_expression.as_ref())?;
         let invisible = invisible_time(
             req.invisible_duration.as_ref(),
@@ -340,7 +364,7 @@ impl MessagingService {
             filter,
             batch,
             invisible,
-            first_queue: mq.id.max(0) as u32,
+            first_queue: id.max(0) as u32,
             deadline: poll_deadline(wait, client_deadline),
         };
         let started = std::time::Instant::now();
@@ -402,16 +426,10 @@ impl MessagingService {
         client_deadline: Option<Duration>,
     ) -> Result<Vec<v2::PullMessageResponse>, BrokerError> {
         group_name(req.group.as_ref())?;
-        let mq = req.message_queue.unwrap_or_default();
-        let topic = topic_name(mq.topic.as_ref())?;
-        let namespace = mq
-            .topic
-            .as_ref()
-            .map(|t| t.resource_namespace.clone())
-            .unwrap_or_default();
+        let q = QueueRef::of(req.message_queue.as_ref())?;
         let filter = filter_of(req.filter_expression.as_ref())?;
-        let queue_id =
-            u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
+        let queue_id = q.queue_id()?;
+        let QueueRef { topic, namespace, .. } = q;
         let offset = u64::try_from(req.offset)
             .map_err(|_| BrokerError::Refused(Code::IllegalOffset, "negative offset".into()))?;
         if self.broker.node.sm.topic(&topic).is_none() {
@@ -823,18 +841,17 @@ impl Service for MessagingService {
             req,
             async {
                 let group = group_name(req.group.as_ref())?;
-                let mq = req.message_queue.clone().unwrap_or_default();
-                let topic = topic_name(mq.topic.as_ref())?;
+                let QueueRef { topic, id, .. } = QueueRef::of(req.message_queue.as_ref())?;
                 let t = self
                     .broker
                     .node
                     .sm
                     .topic(&topic)
                     .ok_or_else(|| BrokerError::TopicNotFound(topic.clone()))?;
-                let queue_id = u32::try_from(mq.id)
+                let queue_id = u32::try_from(id)
                     .ok()
                     .filter(|q| *q < t.read_queues.max(t.write_queues))
-                    .ok_or_else(|| BrokerError::Refused(Code::BadRequest, format!("no queue {} in {topic}", mq.id)))?;
+                    .ok_or_else(|| BrokerError::Refused(Code::BadRequest, format!("no queue {id} in {topic}")))?;
                 let offset = u64::try_from(req.offset)
                     .map_err(|_| BrokerError::Refused(Code::IllegalOffset, "negative offset".into()))?;
                 self.broker.popper.group(&group).await?;
@@ -858,10 +875,8 @@ impl Service for MessagingService {
         let req = request.into_inner();
         let out = (|| {
             let group = group_name(req.group.as_ref())?;
-            let mq = req.message_queue.clone().unwrap_or_default();
-            let topic = topic_name(mq.topic.as_ref())?;
-            let queue_id =
-                u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
+            let q = QueueRef::of(req.message_queue.as_ref())?;
+            let (topic, queue_id) = (q.topic.clone(), q.queue_id()?);
             self.broker
                 .node
                 .sm
@@ -873,16 +888,12 @@ impl Service for MessagingService {
                     )
                 })
         })();
-        Ok(Response::new(match out {
-            Ok(offset) => v2::GetOffsetResponse {
-                status: Some(ok()),
-                offset: offset as i64,
-            },
-            Err(e) => v2::GetOffsetResponse {
-                status: Some(e.v2_status()),
-                offset: 0,
-            },
-        }))
+        Ok(Response::new(offset_reply(out, |status, offset| {
+            v2::GetOffsetResponse {
+                status: Some(status),
+                offset,
+            }
+        })))
     }
 
     async fn query_offset(
@@ -891,13 +902,11 @@ impl Service for MessagingService {
     ) -> Result<Response<v2::QueryOffsetResponse>, Status> {
         let req = request.into_inner();
         let out = (|| {
-            let mq = req.message_queue.clone().unwrap_or_default();
-            let topic = topic_name(mq.topic.as_ref())?;
-            if self.broker.node.sm.topic(&topic).is_none() {
-                return Err(BrokerError::TopicNotFound(topic));
+            let q = QueueRef::of(req.message_queue.as_ref())?;
+            if self.broker.node.sm.topic(&q.topic).is_none() {
+                return Err(BrokerError::TopicNotFound(q.topic));
             }
-            let queue_id =
-                u32::try_from(mq.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))?;
+            let (topic, queue_id) = (q.topic.clone(), q.queue_id()?);
             let store = &self.broker.node.store;
             let Some(cq) = store.queue(&topic, queue_id) else {
                 return Ok(0);
@@ -914,16 +923,12 @@ impl Service for MessagingService {
                 Err(_) => return Err(BrokerError::Refused(Code::BadRequest, "unknown offset policy".into())),
             })
         })();
-        Ok(Response::new(match out {
-            Ok(offset) => v2::QueryOffsetResponse {
-                status: Some(ok()),
-                offset: offset as i64,
-            },
-            Err(e) => v2::QueryOffsetResponse {
-                status: Some(e.v2_status()),
-                offset: 0,
-            },
-        }))
+        Ok(Response::new(offset_reply(out, |status, offset| {
+            v2::QueryOffsetResponse {
+                status: Some(status),
+                offset,
+            }
+        })))
     }
 
     async fn end_transaction(
