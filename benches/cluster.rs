@@ -80,6 +80,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             default_invisible_ms: 60_000,
             min_invisible_ms: 10_000,
             long_polling_timeout_ms: 20_000,
+            unsafe_ack_before_commit: false,
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

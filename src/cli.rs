@@ -89,6 +89,18 @@ pub enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print every record's Raft index, term, kind, CRC and length, one JSON
+    /// object per line, oldest first (to compare replicas' logs). The broker
+    /// owning the directory must be stopped.
+    Dump {
+        /// The store directory (a broker's data_dir).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Segment size the store was written with, in bytes (default: the
+        /// size recorded in the store's checkpoint).
+        #[arg(long)]
+        segment_size: Option<u64>,
+    },
 }
 
 pub fn init_tracing(cli: &Cli) {
@@ -146,6 +158,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 print!("{summary}");
             }
+            Ok(())
+        }
+        Command::Store(StoreCommand::Dump { dir, segment_size }) => {
+            let stdout = std::io::stdout();
+            crate::inspect::dump(&dir, segment_size, &mut std::io::BufWriter::new(stdout.lock()))?;
             Ok(())
         }
     }

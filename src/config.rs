@@ -105,6 +105,11 @@ pub struct BrokerConfig {
     /// Long-polling time given to consumers in their settings.
     #[serde(default = "defaults::long_polling")]
     pub long_polling_timeout_ms: u64,
+    /// A deliberate bug, for the jepsen harness's self-test only: the
+    /// leader acknowledges a send before its entry is committed (with the
+    /// offset it expects), so faults lose acknowledged messages.
+    #[serde(default)]
+    pub unsafe_ack_before_commit: bool,
     #[serde(default)]
     pub store: StoreConfig,
 }

@@ -1,9 +1,11 @@
-//! `raftmq store verify`: an offline look at a store directory.
+//! `raftmq store verify` and `raftmq store dump`: an offline look at a store
+//! directory.
 
 use std::fmt;
 use std::path::Path;
 
 use anyhow::Context;
+use raftmq_store::record::HEADER_LEN;
 use raftmq_store::{Store, StoreConfig};
 use serde::Serialize;
 
@@ -19,6 +21,9 @@ pub struct Summary {
     pub last_index: Option<u64>,
     pub last_term: Option<u64>,
     pub dispatched_offset: u64,
+    /// The last committed Raft log index the node persisted
+    /// (`raft/committed.json`), if any.
+    pub committed_index: Option<u64>,
     pub queues: Vec<QueueSummary>,
 }
 
@@ -30,10 +35,9 @@ pub struct QueueSummary {
     pub max_offset: u64,
 }
 
-/// Opens the store (recovering it if needed), reads every record and closes
-/// it cleanly.
-/// `segment_size` defaults to the one recorded in the store's checkpoint.
-pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> {
+/// Opens a stopped broker's store for reading; `segment_size` defaults to
+/// the one recorded in the store's checkpoint.
+fn open(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Store> {
     if !dir.join(raftmq_store::commitlog::COMMITLOG_DIR).is_dir() {
         anyhow::bail!(
             "{} holds no store (no {}/ directory); pass a broker's data directory",
@@ -62,7 +66,13 @@ pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> 
             .min(segment_size.saturating_sub(raftmq_store::record::EOS_LEN as u64)),
         ..defaults
     };
-    let store = Store::open(dir, &cfg).with_context(|| format!("opening the store in {}", dir.display()))?;
+    Store::open(dir, &cfg).with_context(|| format!("opening the store in {}", dir.display()))
+}
+
+/// Opens the store (recovering it if needed), reads every record and closes
+/// it cleanly.
+pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> {
+    let store = open(dir, segment_size)?;
     let log = store.commitlog();
     let mut s = Summary {
         dir: dir.display().to_string(),
@@ -75,6 +85,7 @@ pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> 
         last_index: None,
         last_term: None,
         dispatched_offset: store.dispatched_offset(),
+        committed_index: committed_index(dir)?,
         queues: Vec::new(),
     };
     for record in log.iter_from(log.min_offset()) {
@@ -95,6 +106,56 @@ pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> 
     }
     store.close().context("closing the store")?;
     Ok(s)
+}
+
+/// One record's identity, as `raftmq store dump` prints it (one JSON object
+/// per line).
+#[derive(Debug, Serialize)]
+pub struct DumpedRecord {
+    pub index: u64,
+    pub term: u64,
+    pub kind: u8,
+    /// The stored CRC32 of the record's header fields and payload.
+    pub crc: u32,
+    pub len: u64,
+}
+
+/// Writes every record's identity, oldest first, so replicas' logs can be
+/// compared record by record (the jepsen harness does).
+pub fn dump(dir: &Path, segment_size: Option<u64>, out: &mut dyn std::io::Write) -> anyhow::Result<u64> {
+    let store = open(dir, segment_size)?;
+    let log = store.commitlog();
+    let mut n = 0;
+    for record in log.iter_from(log.min_offset()) {
+        let record = record.context("reading the log")?;
+        let meta = record.meta();
+        let line = DumpedRecord {
+            index: meta.index,
+            term: meta.term,
+            kind: meta.kind,
+            crc: record.crc(),
+            len: (HEADER_LEN + record.payload().len()) as u64,
+        };
+        serde_json::to_writer(&mut *out, &line)?;
+        out.write_all(b"\n")?;
+        n += 1;
+    }
+    out.flush()?;
+    store.close().context("closing the store")?;
+    Ok(n)
+}
+
+/// The committed log index in `raft/committed.json` (openraft's `LogId`,
+/// whose `index` field is all this needs).
+fn committed_index(dir: &Path) -> anyhow::Result<Option<u64>> {
+    let path = dir.join("raft").join("committed.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    Ok(v.get("index").and_then(serde_json::Value::as_u64))
 }
 
 impl fmt::Display for Summary {
@@ -124,6 +185,7 @@ impl fmt::Display for Summary {
             opt(self.last_term)
         )?;
         writeln!(f, "dispatched up to {}", self.dispatched_offset)?;
+        writeln!(f, "committed index  {}", opt(self.committed_index))?;
         writeln!(f, "queues           {}", self.queues.len())?;
         for q in &self.queues {
             writeln!(

@@ -872,28 +872,45 @@ impl Service for MessagingService {
         &self,
         request: Request<v2::GetOffsetRequest>,
     ) -> Result<Response<v2::GetOffsetResponse>, Status> {
-        let req = request.into_inner();
-        let out = (|| {
-            let group = group_name(req.group.as_ref())?;
-            let q = QueueRef::of(req.message_queue.as_ref())?;
-            let (topic, queue_id) = (q.topic.clone(), q.queue_id()?);
-            self.broker
-                .node
-                .sm
-                .with_metadata(|m| m.offsets.get(&group)?.get(&topic)?.get(&queue_id).copied())
-                .ok_or_else(|| {
-                    BrokerError::Refused(
-                        Code::OffsetNotFound,
-                        format!("group {group} has no offset in {topic}/{queue_id}"),
-                    )
-                })
-        })();
-        Ok(Response::new(offset_reply(out, |status, offset| {
-            v2::GetOffsetResponse {
-                status: Some(status),
-                offset,
+        // A consumer resumes where its group last committed, so this read
+        // must see every commit acknowledged before it: the leader answers,
+        // after confirming it still leads (a follower's or a deposed
+        // leader's state may lack the latest commit).
+        let out = v2_on_leader!(
+            self,
+            request,
+            req,
+            async {
+                let group = group_name(req.group.as_ref())?;
+                let q = QueueRef::of(req.message_queue.as_ref())?;
+                let (topic, queue_id) = (q.topic.clone(), q.queue_id()?);
+                self.broker.node.linearizable().await?;
+                let offset = self
+                    .broker
+                    .node
+                    .sm
+                    .with_metadata(|m| m.offsets.get(&group)?.get(&topic)?.get(&queue_id).copied())
+                    .ok_or_else(|| {
+                        BrokerError::Refused(
+                            Code::OffsetNotFound,
+                            format!("group {group} has no offset in {topic}/{queue_id}"),
+                        )
+                    });
+                Ok::<_, BrokerError>(offset_reply(offset, |status, offset| v2::GetOffsetResponse {
+                    status: Some(status),
+                    offset,
+                }))
             }
-        })))
+            .await,
+            get_offset
+        );
+        Ok(Response::new(match out {
+            Ok(r) => r,
+            Err(e) => v2::GetOffsetResponse {
+                status: Some(e.v2_status()),
+                offset: 0,
+            },
+        }))
     }
 
     async fn query_offset(

@@ -31,6 +31,9 @@ impl RunningBroker {
             .await
             .with_context(|| format!("cannot listen on client_listen {}", cfg.client_listen))?;
         let client_addr = listener.local_addr()?;
+        if cfg.unsafe_ack_before_commit {
+            tracing::warn!("unsafe_ack_before_commit is set: this node loses acknowledged messages on faults");
+        }
         let node = RaftNode::start(cfg.node_config()).await?;
         let broker = Arc::new(Broker::new(node, cfg));
         let (stop, stopped) = tokio::sync::watch::channel(false);

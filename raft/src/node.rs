@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::errors::{ClientWriteError, RaftError as OpenRaftError};
+use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError as OpenRaftError};
 use openraft::{ChangeMembers, Config, SnapshotPolicy};
 use raftmq_store::{Store, StoreConfig};
 use tokio::sync::watch;
@@ -207,6 +207,40 @@ impl RaftNode {
         self.settled(|| self.raft.client_write(cmd.clone()))
             .await
             .map(|r| (r.log_id, r.data))
+    }
+
+    /// Confirms that this node still leads (a heartbeat round answered by a
+    /// quorum: Raft's ReadIndex) and waits until it has applied everything
+    /// committed before the call, so a read that follows sees every write
+    /// acknowledged before it began. A deposed leader that has not noticed
+    /// yet fails here instead of answering from stale state.
+    pub async fn linearizable(&self) -> Result<(), RaftError> {
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        let unconfirmed = || RaftError::Unavailable("no quorum confirmed this node's leadership in time".into());
+        loop {
+            let read = self.raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex);
+            let Ok(out) = tokio::time::timeout_at(deadline, read).await else {
+                return Err(unconfirmed());
+            };
+            match out {
+                Ok(_) => return Ok(()),
+                // Leadership is settling (as in `settled`): ask again.
+                Err(OpenRaftError::APIError(LinearizableReadError::ForwardToLeader(f)))
+                    if (f.leader_id.is_none() || f.leader_id == Some(self.id))
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(OpenRaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                    return Err(RaftError::NotLeader {
+                        leader_id: f.leader_id,
+                        leader: f.leader_node,
+                    });
+                }
+                Err(OpenRaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => return Err(unconfirmed()),
+                Err(OpenRaftError::Fatal(f)) => return Err(RaftError::Fatal(f.to_string())),
+            }
+        }
     }
 
     /// Runs a leader-only openraft call, retrying while leadership is

@@ -1,0 +1,342 @@
+//! The system under test: a NameServer and one broker group of `n` nodes,
+//! each a real `raftmq` process in its host's namespace, with its config,
+//! data directory and log under the run's directory:
+//!
+//! ```text
+//! <run>/namesrv.log
+//! <run>/n<i>/config.toml  n<i>/data/  n<i>/broker.log (every start appends)
+//! ```
+//!
+//! Ports are the same on every host (each has its own address): clients
+//! 8081, Raft 9091, metrics 9101, the NameServer 9876.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::netns::{Host, Network};
+
+pub const CLIENT_PORT: u16 = 8081;
+pub const RAFT_PORT: u16 = 9091;
+pub const METRICS_PORT: u16 = 9101;
+pub const NAMESRV_PORT: u16 = 9876;
+
+/// How the brokers are configured.
+#[derive(Debug, Clone)]
+pub struct BrokerSettings {
+    /// `async` or `sync` (the store's flush_mode).
+    pub flush: String,
+    /// The self-test's deliberate bug (`unsafe_ack_before_commit`).
+    pub ack_before_commit: bool,
+}
+
+pub struct Node {
+    pub id: u64,
+    pub host: Host,
+    dir: PathBuf,
+    child: Option<Child>,
+    /// Counts starts: 0 for the first.
+    pub incarnation: u32,
+    pub paused: bool,
+}
+
+impl Node {
+    pub fn client_addr(&self) -> String {
+        format!("{}:{CLIENT_PORT}", self.host.ip)
+    }
+    pub fn metrics_addr(&self) -> String {
+        format!("{}:{METRICS_PORT}", self.host.ip)
+    }
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+    fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+}
+
+pub struct Cluster {
+    bin: PathBuf,
+    pub net: Network,
+    namesrv: Option<Child>,
+    pub nodes: Vec<Node>,
+}
+
+/// Runs `cmd` in `ns`, its output appended to `log`, killed if the harness
+/// dies (PR_SET_PDEATHSIG survives `ip netns exec`'s exec).
+fn spawn_in(ns: &str, bin: &Path, args: &[&str], log: &Path) -> anyhow::Result<Child> {
+    let mut out = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    writeln!(out, "==== start {:?} {}", std::time::SystemTime::now(), args.join(" "))?;
+    let err = out.try_clone()?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
+        .arg(bin)
+        .args(args)
+        .env("RUST_LOG", "info,openraft=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err));
+    // SAFETY: prctl is async-signal-safe and touches only this process.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .with_context(|| format!("starting {} in {ns}", bin.display()))
+}
+
+impl Cluster {
+    /// Writes the configs and starts the NameServer and every node.
+    pub fn start(bin: &Path, net: Network, run_dir: &Path, settings: &BrokerSettings) -> anyhow::Result<Cluster> {
+        let ns_addr = format!("{}:{NAMESRV_PORT}", net.namesrv.ip);
+        let namesrv = spawn_in(
+            &net.namesrv.ns,
+            bin,
+            &["namesrv", "--listen", &ns_addr],
+            &run_dir.join("namesrv.log"),
+        )?;
+        let mut peers = String::new();
+        for h in &net.nodes {
+            let id = &h.name[1..];
+            peers.push_str(&format!(
+                "\n[peers.{id}]\nraft_addr = \"{ip}:{RAFT_PORT}\"\nclient_addr = \"{ip}:{CLIENT_PORT}\"\n",
+                ip = h.ip
+            ));
+        }
+        let mut nodes = Vec::new();
+        for (i, h) in net.nodes.iter().enumerate() {
+            let id = i as u64 + 1;
+            let dir = run_dir.join(&h.name);
+            std::fs::create_dir_all(dir.join("data"))?;
+            let config = format!(
+                "# Written by raftmq-jepsen.\n\
+                 cluster = \"JepsenCluster\"\n\
+                 group = \"jepsen\"\n\
+                 node_id = {id}\n\
+                 data_dir = \"{data}\"\n\
+                 client_listen = \"{ip}:{CLIENT_PORT}\"\n\
+                 raft_listen = \"{ip}:{RAFT_PORT}\"\n\
+                 metrics_listen = \"{ip}:{METRICS_PORT}\"\n\
+                 bootstrap = {bootstrap}\n\
+                 namesrv_addrs = [\"{ns_addr}\"]\n\
+                 unsafe_ack_before_commit = {bug}\n\
+                 {peers}\n\
+                 [store]\n\
+                 flush_mode = \"{flush}\"\n\
+                 segment_size = 67108864\n\
+                 # The host's disk use must not decide a test.\n\
+                 [store.retention]\n\
+                 disk_warn_ratio = 1.0\n\
+                 disk_force_ratio = 1.0\n\
+                 disk_refuse_ratio = 1.0\n",
+                data = dir.join("data").display(),
+                ip = h.ip,
+                bootstrap = id == 1,
+                bug = settings.ack_before_commit,
+                flush = settings.flush,
+            );
+            std::fs::write(dir.join("config.toml"), config)?;
+            nodes.push(Node {
+                id,
+                host: h.clone(),
+                dir,
+                child: None,
+                incarnation: 0,
+                paused: false,
+            });
+        }
+        let mut c = Cluster {
+            bin: bin.to_path_buf(),
+            net,
+            namesrv: Some(namesrv),
+            nodes,
+        };
+        for id in 1..=c.nodes.len() as u64 {
+            c.spawn(id)?;
+        }
+        Ok(c)
+    }
+
+    pub fn namesrv_addr(&self) -> String {
+        format!("{}:{NAMESRV_PORT}", self.net.namesrv.ip)
+    }
+
+    fn spawn(&mut self, id: u64) -> anyhow::Result<()> {
+        let bin = self.bin.clone();
+        let n = &mut self.nodes[id as usize - 1];
+        let config = n.dir.join("config.toml");
+        let child = spawn_in(
+            &n.host.ns,
+            &bin,
+            &["broker", "--config", &config.display().to_string()],
+            &n.dir.join("broker.log"),
+        )?;
+        n.child = Some(child);
+        n.paused = false;
+        Ok(())
+    }
+
+    /// `kill -9` (a no-op on a node already down).
+    pub fn kill(&mut self, id: u64) -> anyhow::Result<()> {
+        let n = &mut self.nodes[id as usize - 1];
+        if let Some(mut child) = n.child.take() {
+            let _ = child.kill();
+            child.wait()?;
+        }
+        n.paused = false;
+        Ok(())
+    }
+
+    /// Starts a node that is down (a no-op on a running one).
+    pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        if self.nodes[id as usize - 1].running() {
+            return Ok(());
+        }
+        self.nodes[id as usize - 1].incarnation += 1;
+        self.spawn(id)
+    }
+
+    fn signal(&mut self, id: u64, sig: i32, paused: bool) -> anyhow::Result<()> {
+        let n = &mut self.nodes[id as usize - 1];
+        if let Some(pid) = n.pid() {
+            // SAFETY: a plain kill(2) on our own child.
+            if unsafe { libc::kill(pid, sig) } != 0 {
+                bail!("signal {sig} to node {id}: {}", std::io::Error::last_os_error());
+            }
+            n.paused = paused;
+        }
+        Ok(())
+    }
+
+    pub fn pause(&mut self, id: u64) -> anyhow::Result<()> {
+        self.signal(id, libc::SIGSTOP, true)
+    }
+
+    pub fn resume(&mut self, id: u64) -> anyhow::Result<()> {
+        self.signal(id, libc::SIGCONT, false)
+    }
+
+    /// Stops every node cleanly (SIGTERM, then SIGKILL after 20 s), so
+    /// their stores can be read afterwards. Paused nodes are resumed first.
+    pub fn stop_all(&mut self) {
+        for id in 1..=self.nodes.len() as u64 {
+            let _ = self.resume(id);
+            let _ = self.signal(id, libc::SIGTERM, false);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in &mut self.nodes {
+            if let Some(mut child) = n.child.take() {
+                loop {
+                    match child.try_wait() {
+                        Ok(Some(_)) => break,
+                        Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                        _ => {
+                            eprintln!("node {} did not stop in 20 s; killing it", n.id);
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(mut ns) = self.namesrv.take() {
+            let _ = ns.kill();
+            let _ = ns.wait();
+        }
+    }
+
+    /// Runs a `raftmq` command from the harness's namespace.
+    pub fn raftmq(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(&self.bin)
+            .args(args)
+            .output()
+            .with_context(|| format!("running {}", self.bin.display()))?;
+        if !out.status.success() {
+            bail!(
+                "`raftmq {}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut child) = n.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if let Some(mut ns) = self.namesrv.take() {
+            let _ = ns.kill();
+            let _ = ns.wait();
+        }
+    }
+}
+
+/// What one scrape of a node's `/metrics` tells.
+#[derive(Debug, Clone, Default)]
+pub struct NodeMetrics {
+    pub role: String,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub last_log_index: u64,
+}
+
+/// Scrapes `http://addr/metrics` with a plain HTTP/1.0 request (bounded by
+/// `timeout`); `None` when the node does not answer.
+pub async fn scrape(addr: &str, timeout: Duration) -> Option<NodeMetrics> {
+    let body = tokio::time::timeout(timeout, async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: raftmq\r\n\r\n")
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        // A metrics page is a few kB; 4 MiB bounds a misbehaving peer.
+        s.take(4 << 20).read_to_end(&mut buf).await.ok()?;
+        Some(String::from_utf8_lossy(&buf).into_owned())
+    })
+    .await
+    .ok()??;
+    let mut m = NodeMetrics::default();
+    for line in body.lines() {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let metric = name.split('{').next().unwrap_or("");
+        let v = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
+        match metric {
+            "raftmq_raft_term" => m.term = v,
+            "raftmq_raft_commit_index" => m.commit_index = v,
+            "raftmq_raft_applied_index" => m.applied_index = v,
+            "raftmq_raft_last_log_index" => m.last_log_index = v,
+            "raftmq_raft_role" if v == 1 => {
+                if let Some(role) = name.split("role=\"").nth(1).and_then(|r| r.split('"').next()) {
+                    m.role = role.to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(m)
+}

@@ -1,0 +1,292 @@
+//! The nemesis: faults scheduled from the seed, each logged in the history
+//! when it starts and when it is healed.
+//!
+//! | fault | start | stop |
+//! |---|---|---|
+//! | `kill` | `kill -9` the leader or a random node | start it again |
+//! | `pause` | SIGSTOP the leader or a random node | SIGCONT |
+//! | `partition` | cut links: one node isolated, the leader isolated, random majority/minority halves, a ring of majorities, or a bridge (two halves both seeing one node) | remove every drop rule |
+//! | `loss` | drop 20 % of the packets arriving at every node | remove the rule |
+//!
+//! Faults come one at a time: one every `interval` on average, each held
+//! for half to all of an interval. The order and the targets come from the
+//! seed; when they happen depends on the run, so a seed replays the same
+//! choices, not the same timing.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::cluster::{Cluster, scrape};
+use crate::history::{Call, NEMESIS, NemesisAction, OpType};
+use crate::recorder::Recorder;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Kill,
+    Pause,
+    Partition,
+    Loss,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 4] = [Fault::Kill, Fault::Pause, Fault::Partition, Fault::Loss];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Pause => "pause",
+            Fault::Partition => "partition",
+            Fault::Loss => "loss",
+        }
+    }
+
+    /// Parses `kill,pause,...`, `all` or `none`.
+    pub fn parse_list(s: &str) -> anyhow::Result<Vec<Fault>> {
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "all" => out.extend(Fault::ALL),
+                "none" => {}
+                _ => match Fault::ALL.iter().find(|f| f.name() == part) {
+                    Some(f) => out.push(*f),
+                    None => bail!(
+                        "unknown nemesis {part:?}: expected a comma-separated list of {}, or all, or none",
+                        Fault::ALL.map(Fault::name).join(", ")
+                    ),
+                },
+            }
+        }
+        out.dedup();
+        Ok(out)
+    }
+}
+
+/// What must be undone to heal the current fault.
+enum Active {
+    Killed(u64),
+    Paused(u64),
+    Cut,
+}
+
+pub struct Nemesis {
+    pub cluster: Arc<Mutex<Cluster>>,
+    pub faults: Vec<Fault>,
+    pub interval: Duration,
+    pub seed: u64,
+    pub recorder: Recorder,
+}
+
+fn lock(c: &Mutex<Cluster>) -> std::sync::MutexGuard<'_, Cluster> {
+    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The node that leads (highest term among those saying so), if any
+/// running node says so.
+pub async fn leader(cluster: &Mutex<Cluster>) -> Option<u64> {
+    let addrs: Vec<(u64, String)> = lock(cluster)
+        .nodes
+        .iter()
+        .filter(|n| n.running() && !n.paused)
+        .map(|n| (n.id, n.metrics_addr()))
+        .collect();
+    let mut best: Option<(u64, u64)> = None;
+    for (id, addr) in addrs {
+        if let Some(m) = scrape(&addr, Duration::from_millis(500)).await
+            && m.role == "leader"
+            && best.is_none_or(|(t, _)| m.term > t)
+        {
+            best = Some((m.term, id));
+        }
+    }
+    best.map(|(_, id)| id)
+}
+
+impl Nemesis {
+    /// Injects faults until `until`, then heals whatever is still broken.
+    pub async fn run(self, until: Instant) -> anyhow::Result<()> {
+        let mut rng = StdRng::seed_from_u64(self.seed ^ 0x006e_656d_6573_6973);
+        if self.faults.is_empty() {
+            tokio::time::sleep_until(until.into()).await;
+            return Ok(());
+        }
+        let n = lock(&self.cluster).nodes.len() as u64;
+        // Let the cluster settle and the workload start before the first.
+        tokio::time::sleep(self.interval / 2).await;
+        while Instant::now() + self.interval < until {
+            let fault = self.faults[rng.random_range(0..self.faults.len())];
+            let target = |rng: &mut StdRng, leader: Option<u64>| match leader {
+                Some(l) if rng.random_bool(0.5) => (l, "leader"),
+                _ => (rng.random_range(1..=n), "random node"),
+            };
+            let (active, detail) = match fault {
+                Fault::Kill => {
+                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
+                    lock(&self.cluster).kill(id)?;
+                    (Active::Killed(id), format!("killed node {id} ({why})"))
+                }
+                Fault::Pause => {
+                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
+                    lock(&self.cluster).pause(id)?;
+                    (Active::Paused(id), format!("paused node {id} ({why})"))
+                }
+                Fault::Partition => {
+                    let l = leader(&self.cluster).await;
+                    let (sides, cuts, what) = partition(&mut rng, n, l);
+                    let c = lock(&self.cluster);
+                    for &(x, y) in &cuts {
+                        c.net.cut(&[x], &[y])?;
+                    }
+                    (Active::Cut, format!("{what}: {sides}"))
+                }
+                Fault::Loss => {
+                    lock(&self.cluster).net.lose(0.2)?;
+                    (Active::Cut, "20% of packets dropped at every node".to_string())
+                }
+            };
+            self.log(NemesisAction::Start, fault, &detail);
+            let hold = self.interval.mul_f64(rng.random_range(0.5..=1.0));
+            tokio::time::sleep(hold).await;
+            self.heal(&active)?;
+            self.log(NemesisAction::Stop, fault, &detail);
+            tokio::time::sleep(self.interval.mul_f64(rng.random_range(0.5..=1.0))).await;
+        }
+        Ok(())
+    }
+
+    fn heal(&self, active: &Active) -> anyhow::Result<()> {
+        let mut c = lock(&self.cluster);
+        match *active {
+            Active::Killed(id) => c.restart(id),
+            Active::Paused(id) => c.resume(id),
+            Active::Cut => c.net.heal(),
+        }
+    }
+
+    fn log(&self, action: NemesisAction, fault: Fault, detail: &str) {
+        eprintln!(
+            "[{:>7.1}s] nemesis {} {}: {detail}",
+            self.recorder.now() as f64 / 1e9,
+            fault.name(),
+            match action {
+                NemesisAction::Start => "start",
+                NemesisAction::Stop => "stop",
+            }
+        );
+        self.recorder.record(
+            NEMESIS,
+            OpType::Ok,
+            Call::Nemesis {
+                action,
+                fault: fault.name().to_string(),
+                detail: detail.to_string(),
+            },
+            None,
+            None,
+        );
+    }
+}
+
+/// Heals everything: restarts killed nodes, resumes paused ones, removes
+/// every drop rule.
+pub fn heal_all(cluster: &Mutex<Cluster>) -> anyhow::Result<()> {
+    let mut c = lock(cluster);
+    for id in 1..=c.nodes.len() as u64 {
+        c.resume(id)?;
+        c.restart(id)?;
+    }
+    c.net.heal()
+}
+
+/// Picks a partition: returns a description of the components, the links
+/// to cut, and the kind.
+fn partition(rng: &mut StdRng, n: u64, leader: Option<u64>) -> (String, Vec<(u64, u64)>, &'static str) {
+    let mut nodes: Vec<u64> = (1..=n).collect();
+    nodes.shuffle(rng);
+    let cut_between =
+        |a: &[u64], b: &[u64]| -> Vec<(u64, u64)> { a.iter().flat_map(|&x| b.iter().map(move |&y| (x, y))).collect() };
+    let show = |parts: &[&[u64]]| parts.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>().join(" | ");
+    match rng.random_range(0..5) {
+        0 => {
+            let (one, rest) = nodes.split_at(1);
+            (show(&[one, rest]), cut_between(one, rest), "one node isolated")
+        }
+        1 => {
+            let l = leader.unwrap_or(nodes[0]);
+            let rest: Vec<u64> = nodes.iter().copied().filter(|&x| x != l).collect();
+            (show(&[&[l], &rest]), cut_between(&[l], &rest), "leader isolated")
+        }
+        2 => {
+            let (minority, majority) = nodes.split_at((n as usize - 1) / 2);
+            (
+                show(&[minority, majority]),
+                cut_between(minority, majority),
+                "majority/minority halves",
+            )
+        }
+        3 => {
+            // Each node keeps its ring neighbours: every node sees a
+            // majority, yet no two nodes see the same one (for n > 3).
+            let mut cuts = Vec::new();
+            for i in 0..nodes.len() {
+                for j in i + 1..nodes.len() {
+                    let d = j - i;
+                    if d != 1 && d != nodes.len() - 1 {
+                        cuts.push((nodes[i], nodes[j]));
+                    }
+                }
+            }
+            (format!("ring {nodes:?}"), cuts, "majorities ring")
+        }
+        _ => {
+            // Two halves that both see one bridge node.
+            let mid = nodes.len() / 2;
+            let (a, rest) = nodes.split_at(mid);
+            let b = &rest[1..];
+            (
+                format!("{a:?} | bridge {} | {b:?}", rest[0]),
+                cut_between(a, b),
+                "bridge",
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_lists_parse_and_reject_unknown_names() {
+        assert_eq!(
+            Fault::parse_list("kill,pause").unwrap(),
+            vec![Fault::Kill, Fault::Pause]
+        );
+        assert_eq!(Fault::parse_list("all").unwrap(), Fault::ALL.to_vec());
+        assert!(Fault::parse_list("none").unwrap().is_empty());
+        let e = Fault::parse_list("kill,typo").unwrap_err().to_string();
+        assert!(e.contains("typo") && e.contains("partition"), "{e}");
+    }
+
+    #[test]
+    fn partitions_cut_only_between_distinct_nodes_and_leave_a_majority_side() {
+        let mut rng = StdRng::seed_from_u64(7);
+        for _ in 0..200 {
+            for n in [3u64, 5] {
+                let (_, cuts, what) = partition(&mut rng, n, Some(1));
+                assert!(cuts.iter().all(|&(a, b)| a != b && a <= n && b <= n), "{what}");
+                if what == "leader isolated" {
+                    assert!(cuts.iter().all(|&(a, _)| a == 1), "{cuts:?}");
+                    assert_eq!(cuts.len() as u64, n - 1);
+                }
+                if what == "majorities ring" && n == 3 {
+                    assert!(cuts.is_empty(), "a ring of three is complete");
+                }
+            }
+        }
+    }
+}

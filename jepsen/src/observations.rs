@@ -1,0 +1,39 @@
+//! What the harness observes besides client operations, for the checker:
+//! each replica's log after the test, and each node's commit index sampled
+//! while it ran.
+//!
+//! `replicas.json` holds a list of [`ReplicaLog`]; `commits.jsonl` one
+//! [`CommitSample`] per line.
+
+use serde::{Deserialize, Serialize};
+
+/// One record of a replica's CommitLog (the Raft log), as `raftmq store
+/// dump` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    pub index: u64,
+    pub term: u64,
+    /// The record's CRC32 (over its header and payload, as stored).
+    pub crc: u32,
+}
+
+/// A replica's whole log, read from its data directory after the nodes
+/// stopped cleanly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaLog {
+    pub node: u64,
+    /// The last committed log index the node persisted, if any.
+    pub committed: Option<u64>,
+    pub records: Vec<LogRecord>,
+}
+
+/// A node's commit index, read from its `/metrics` while the test ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitSample {
+    /// Nanoseconds since the test started (the history's clock).
+    pub time: u64,
+    pub node: u64,
+    /// Counts the node's starts: 0 for the first, 1 after one restart...
+    pub incarnation: u32,
+    pub commit_index: u64,
+}

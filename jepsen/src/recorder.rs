@@ -1,0 +1,50 @@
+//! Records operations into the history as they happen, shared by every
+//! client task and the nemesis.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::history::{Call, Op, OpType, Process};
+
+#[derive(Clone)]
+pub struct Recorder {
+    start: Instant,
+    ops: Arc<Mutex<Vec<Op>>>,
+}
+
+impl Recorder {
+    pub fn new() -> Recorder {
+        Recorder {
+            start: Instant::now(),
+            ops: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Nanoseconds since the test started: the history's clock.
+    pub fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    pub fn record(&self, process: Process, kind: OpType, call: Call, node: Option<u64>, error: Option<String>) {
+        let mut ops = self.ops.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Taken under the lock, so times never decrease along the history.
+        let time = self.now();
+        let index = ops.len() as u64;
+        ops.push(Op {
+            index,
+            time,
+            process,
+            kind,
+            call,
+            node,
+            error,
+        });
+    }
+
+    pub fn ops(&self) -> Vec<Op> {
+        self.ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}

@@ -1,0 +1,222 @@
+//! The queue workload, after Jepsen's Kafka test: `concurrency` worker
+//! slots, each running one process at a time, send unique values to keys
+//! (topics of one queue) and consume keys through consumer groups; after the
+//! faults are healed, a drain reads every key from every node.
+//!
+//! Each slot owns the consumer group `jepsen-g<slot>`, so a group's commits
+//! are issued one after another. A slot's consumer is assigned one key at a
+//! time: `assign` reads the group's committed offset, `poll`s continue from
+//! there with `PullMessage` (from any node: followers serve reads), `commit`
+//! stores the position; every few polls the slot moves to another key.
+//!
+//! Requests go to a random node, so followers forward writes to the
+//! leader. An operation with an unknown outcome retires its process (Jepsen's
+//! rule): the slot goes on as process `p + concurrency`. Reads have no
+//! effects, so a read that times out is a failure, not an unknown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::client::{Client, Outcome};
+use crate::history::{Call, OpType, Process};
+use crate::recorder::Recorder;
+
+pub struct Workload {
+    /// One client per node, node id `i` at index `i - 1`.
+    pub clients: Vec<Client>,
+    pub keys: Vec<String>,
+    pub concurrency: usize,
+    /// Target operations per second over all slots.
+    pub rate: f64,
+    pub seed: u64,
+    pub recorder: Recorder,
+}
+
+/// Polls on one key before the consumer moves to another.
+const POLLS_PER_ASSIGNMENT: u32 = 8;
+const POLL_BATCH: i32 = 32;
+
+pub fn key_name(i: usize) -> String {
+    format!("jepsen-{i}")
+}
+
+impl Workload {
+    /// Runs every slot until `until`.
+    pub async fn run(self: Arc<Self>, until: Instant) {
+        let values = Arc::new(AtomicU64::new(1));
+        let mut tasks = Vec::new();
+        for slot in 0..self.concurrency {
+            let w = self.clone();
+            let values = values.clone();
+            tasks.push(tokio::spawn(async move { w.slot(slot, values, until).await }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+
+    async fn slot(&self, slot: usize, values: Arc<AtomicU64>, until: Instant) {
+        let mut rng = StdRng::seed_from_u64(self.seed.wrapping_mul(1_000_003).wrapping_add(slot as u64));
+        let mut process = slot as u64;
+        let group = format!("jepsen-g{slot}");
+        // (key, next offset to read, polls since the assignment)
+        let mut assigned: Option<(String, u64, u32)> = None;
+        let mean_gap = self.concurrency as f64 / self.rate.max(0.001);
+        while Instant::now() < until {
+            // Exponential gaps: Poisson arrivals at the target rate.
+            let gap = -mean_gap * (1.0 - rng.random::<f64>()).ln();
+            tokio::time::sleep(Duration::from_secs_f64(gap.min(5.0))).await;
+            if Instant::now() >= until {
+                break;
+            }
+            let node = rng.random_range(1..=self.clients.len() as u64);
+            let client = &self.clients[node as usize - 1];
+            let p = Process::Client(process);
+            let r: f64 = rng.random();
+            let retire = if r < 0.5 {
+                let key = self.keys[rng.random_range(0..self.keys.len())].clone();
+                let value = values.fetch_add(1, Ordering::Relaxed);
+                let call = |offset| Call::Send {
+                    key: key.clone(),
+                    value,
+                    offset,
+                };
+                self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
+                self.complete(p, node, client.send(&key, value).await, |o| call(Some(o)), call(None))
+            } else {
+                match &mut assigned {
+                    Some((key, pos, polls)) if *polls < POLLS_PER_ASSIGNMENT => {
+                        if r < 0.85 {
+                            *polls += 1;
+                            let from = *pos;
+                            let call = |msgs| Call::Poll {
+                                key: key.clone(),
+                                group: group.clone(),
+                                from,
+                                msgs,
+                            };
+                            self.recorder.record(p, OpType::Invoke, call(vec![]), Some(node), None);
+                            let out = client.pull(&group, key, from, POLL_BATCH).await;
+                            if let Outcome::Ok(msgs) = &out
+                                && let Some(&(last, _)) = msgs.last()
+                            {
+                                *pos = last + 1;
+                            }
+                            self.complete_read(p, node, out, call, call(vec![]));
+                            false
+                        } else {
+                            let (key, offset) = (key.clone(), *pos);
+                            let call = Call::Commit {
+                                key: key.clone(),
+                                group: group.clone(),
+                                offset,
+                            };
+                            self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
+                            self.complete(
+                                p,
+                                node,
+                                client.commit(&group, &key, offset).await,
+                                |()| call.clone(),
+                                call.clone(),
+                            )
+                        }
+                    }
+                    _ => {
+                        let key = self.keys[rng.random_range(0..self.keys.len())].clone();
+                        let call = |offset| Call::Assign {
+                            key: key.clone(),
+                            group: group.clone(),
+                            offset,
+                        };
+                        self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
+                        let out = client.committed(&group, &key).await;
+                        assigned = match &out {
+                            Outcome::Ok(o) => Some((key.clone(), o.unwrap_or(0), 0)),
+                            _ => None,
+                        };
+                        self.complete_read(p, node, out, call, call(None));
+                        false
+                    }
+                }
+            };
+            if retire {
+                process += self.concurrency as u64;
+                assigned = None;
+            }
+        }
+    }
+
+    /// Records the completion of an operation with effects; true when its
+    /// outcome is unknown (the process must retire).
+    fn complete<T>(&self, p: Process, node: u64, out: Outcome<T>, ok: impl FnOnce(T) -> Call, plain: Call) -> bool {
+        match out {
+            Outcome::Ok(v) => {
+                self.recorder.record(p, OpType::Ok, ok(v), Some(node), None);
+                false
+            }
+            Outcome::Fail(e) => {
+                self.recorder.record(p, OpType::Fail, plain, Some(node), Some(e));
+                false
+            }
+            Outcome::Unknown(e) => {
+                self.recorder.record(p, OpType::Info, plain, Some(node), Some(e));
+                true
+            }
+        }
+    }
+
+    /// Records a read's completion: one that did not answer changed nothing.
+    fn complete_read<T>(&self, p: Process, node: u64, out: Outcome<T>, ok: impl FnOnce(T) -> Call, plain: Call) {
+        match out {
+            Outcome::Ok(v) => self.recorder.record(p, OpType::Ok, ok(v), Some(node), None),
+            Outcome::Fail(e) | Outcome::Unknown(e) => self.recorder.record(p, OpType::Fail, plain, Some(node), Some(e)),
+        }
+    }
+
+    /// Reads every key from every node to its end: the final reads the
+    /// lost-write check holds every acknowledged send against. Drain
+    /// processes are numbered from `first_process`, one per node.
+    pub async fn drain(&self, first_process: u64) -> anyhow::Result<()> {
+        for (i, client) in self.clients.iter().enumerate() {
+            let node = i as u64 + 1;
+            let p = Process::Client(first_process + i as u64);
+            for key in &self.keys {
+                let call = |msgs| Call::Drain {
+                    key: key.clone(),
+                    node,
+                    msgs,
+                };
+                self.recorder.record(p, OpType::Invoke, call(vec![]), Some(node), None);
+                let mut msgs: Vec<(u64, u64)> = Vec::new();
+                let mut from = 0;
+                let mut error = None;
+                loop {
+                    match client.pull("jepsen-drain", key, from, 256).await {
+                        Outcome::Ok(batch) if batch.is_empty() => break,
+                        Outcome::Ok(batch) => {
+                            from = batch.last().map_or(from, |&(o, _)| o + 1);
+                            msgs.extend(batch);
+                        }
+                        Outcome::Fail(e) | Outcome::Unknown(e) => {
+                            error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                match error {
+                    None => self.recorder.record(p, OpType::Ok, call(msgs), Some(node), None),
+                    Some(e) => {
+                        self.recorder
+                            .record(p, OpType::Fail, call(vec![]), Some(node), Some(e.clone()));
+                        anyhow::bail!("draining {key} from node {node}: {e}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
