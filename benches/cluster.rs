@@ -81,6 +81,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             min_invisible_ms: 10_000,
             long_polling_timeout_ms: 20_000,
             unsafe_ack_before_commit: false,
+            clock_offset_file: None,
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

@@ -13,12 +13,12 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use raftmq_raft::RaftNode;
 use raftmq_raft::command::{BatchOutcome, Command, Response, SendBatch};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::clock::now_ms;
 use crate::error::BrokerError;
 
 /// Most batches packed into one entry.
@@ -74,12 +74,6 @@ impl Batcher {
         rx.await
             .map_err(|_| BrokerError::OutcomeUnknown("the proposal was dropped".into()))?
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: usize) {

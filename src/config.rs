@@ -110,6 +110,11 @@ pub struct BrokerConfig {
     /// offset it expects), so faults lose acknowledged messages.
     #[serde(default)]
     pub unsafe_ack_before_commit: bool,
+    /// Fault injection only: a file holding a signed number of milliseconds
+    /// added to this broker's wall clock, followed while it runs (see
+    /// `clock`). Unset: the host's clock.
+    #[serde(default)]
+    pub clock_offset_file: Option<PathBuf>,
     #[serde(default)]
     pub store: StoreConfig,
 }
@@ -289,6 +294,7 @@ impl BrokerConfig {
         n.preferred_leader = self.preferred_leader;
         n.retention_interval = std::time::Duration::from_millis(self.retention_check_interval_ms.max(100));
         n.store = self.store.clone();
+        n.wall_clock_ms = crate::clock::now_ms;
         n
     }
 }

@@ -15,6 +15,7 @@
 //! | [`group_cli`]         | `raftmq group ...`: consumer groups, progress, offset resets      |
 //! | [`message_cli`]       | `raftmq message get|find`: by id or key                          |
 //! | [`config`]            | the broker's TOML configuration                                  |
+//! | [`clock`]             | the broker's wall clock (an offset only for fault injection)     |
 //! | [`server`]            | `raftmq broker`: a node and its client services, signals          |
 //! | [`broker`]            | the broker core: send, read, topics, groups, status, membership   |
 //! | [`batcher`]           | group commit: concurrent sends packed into one Raft entry         |
@@ -66,6 +67,7 @@ pub mod client_cli;
 pub mod client_route;
 pub mod client_settings;
 pub mod clients;
+pub mod clock;
 pub mod config;
 pub mod dev;
 pub mod error;

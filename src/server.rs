@@ -31,6 +31,10 @@ impl RunningBroker {
             .await
             .with_context(|| format!("cannot listen on client_listen {}", cfg.client_listen))?;
         let client_addr = listener.local_addr()?;
+        if let Some(path) = &cfg.clock_offset_file {
+            tracing::warn!(file = %path.display(), "following a clock offset file (fault injection)");
+            crate::clock::follow_offset_file(path.clone());
+        }
         if cfg.unsafe_ack_before_commit {
             tracing::warn!("unsafe_ack_before_commit is set: this node loses acknowledged messages on faults");
         }

@@ -6,7 +6,7 @@
 //! are kept as properties with reserved names ([`RESERVED_PREFIX`]), which
 //! producers may not use.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use md5::{Digest as _, Md5};
@@ -284,11 +284,7 @@ pub fn md5_hex(body: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02X}")).collect()
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use crate::clock::now_ms;
 
 pub fn timestamp(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {

@@ -5,6 +5,7 @@
 //! ```text
 //! <run>/namesrv.log
 //! <run>/n<i>/config.toml  n<i>/data/  n<i>/broker.log (every start appends)
+//! <run>/n<i>/clock-offset (the node's clock skew in ms, see the clock nemesis)
 //! ```
 //!
 //! Ports are the same on every host (each has its own address): clients
@@ -26,6 +27,9 @@ pub const CLIENT_PORT: u16 = 8081;
 pub const RAFT_PORT: u16 = 9091;
 pub const METRICS_PORT: u16 = 9101;
 pub const NAMESRV_PORT: u16 = 9876;
+/// Each node's clock offset in milliseconds (`clock_offset_file`), written
+/// by the clock nemesis.
+pub const CLOCK_OFFSET_FILE: &str = "clock-offset";
 
 /// How the brokers are configured.
 #[derive(Debug, Clone)]
@@ -135,6 +139,7 @@ impl Cluster {
                  bootstrap = {bootstrap}\n\
                  namesrv_addrs = [\"{ns_addr}\"]\n\
                  unsafe_ack_before_commit = {bug}\n\
+                 clock_offset_file = \"{clock}\"\n\
                  {peers}\n\
                  [store]\n\
                  flush_mode = \"{flush}\"\n\
@@ -148,6 +153,7 @@ impl Cluster {
                 ip = h.ip,
                 bootstrap = id == 1,
                 bug = settings.ack_before_commit,
+                clock = dir.join(CLOCK_OFFSET_FILE).display(),
                 flush = settings.flush,
             );
             std::fs::write(dir.join("config.toml"), config)?;
@@ -221,6 +227,12 @@ impl Cluster {
             n.paused = paused;
         }
         Ok(())
+    }
+
+    /// Skews node `id`'s wall clock by `ms` (0 puts it back).
+    pub fn set_clock_offset(&self, id: u64, ms: i64) -> anyhow::Result<()> {
+        let path = self.nodes[id as usize - 1].dir.join(CLOCK_OFFSET_FILE);
+        std::fs::write(&path, format!("{ms}\n")).with_context(|| format!("writing {}", path.display()))
     }
 
     pub fn pause(&mut self, id: u64) -> anyhow::Result<()> {

@@ -6,7 +6,7 @@
 //! - `run`: one test from start to artifacts.
 //! - `netns`: the namespaces, the bridge, and packet drops.
 //! - `cluster`: the NameServer and broker processes; metrics scrapes.
-//! - `nemesis`: the fault schedule (kill, pause, partition, loss).
+//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock).
 //! - `workload`: the clients' operations and the final drain.
 //! - `client`: the `apache.rocketmq.v2` calls and how their outcomes sort.
 //! - `recorder`: appends operations to the history as they happen.
@@ -65,7 +65,7 @@ struct TestArgs {
     /// Seconds of workload (the heal, drain and check come after).
     #[arg(long, default_value_t = 60)]
     time_limit: u64,
-    /// Faults: a comma-separated list of kill, pause, partition, loss; or all, or none.
+    /// Faults: a comma-separated list of kill, pause, partition, loss, clock; or all, or none.
     #[arg(long, default_value = "kill,pause,partition")]
     nemesis: String,
     /// Mean seconds between faults (each lasts half to all of it).

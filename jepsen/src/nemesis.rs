@@ -7,6 +7,7 @@
 //! | `pause` | SIGSTOP the leader or a random node | SIGCONT |
 //! | `partition` | cut links: one node isolated, the leader isolated, random majority/minority halves, a ring of majorities, or a bridge (two halves both seeing one node) | remove every drop rule |
 //! | `loss` | drop 20 % of the packets arriving at every node | remove the rule |
+//! | `clock` | skew the wall clock of the leader or a random node by ±0.1 s to ±10 min (log-uniform; the broker's `clock_offset_file`) | set it back |
 //!
 //! Faults come one at a time: one every `interval` on average, each held
 //! for half to all of an interval. The order and the targets come from the
@@ -31,10 +32,11 @@ pub enum Fault {
     Pause,
     Partition,
     Loss,
+    Clock,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 4] = [Fault::Kill, Fault::Pause, Fault::Partition, Fault::Loss];
+    pub const ALL: [Fault; 5] = [Fault::Kill, Fault::Pause, Fault::Partition, Fault::Loss, Fault::Clock];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -42,6 +44,7 @@ impl Fault {
             Fault::Pause => "pause",
             Fault::Partition => "partition",
             Fault::Loss => "loss",
+            Fault::Clock => "clock",
         }
     }
 
@@ -71,6 +74,7 @@ enum Active {
     Killed(u64),
     Paused(u64),
     Cut,
+    Skewed(u64),
 }
 
 pub struct Nemesis {
@@ -147,6 +151,14 @@ impl Nemesis {
                     lock(&self.cluster).net.lose(0.2)?;
                     (Active::Cut, "20% of packets dropped at every node".to_string())
                 }
+                Fault::Clock => {
+                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
+                    // Log-uniform from 100 ms to 10 min, either way.
+                    let magnitude = 10f64.powf(rng.random_range(2.0..=5.78)) as i64;
+                    let ms = if rng.random_bool(0.5) { magnitude } else { -magnitude };
+                    lock(&self.cluster).set_clock_offset(id, ms)?;
+                    (Active::Skewed(id), format!("node {id} ({why}) clock {ms:+} ms"))
+                }
             };
             self.log(NemesisAction::Start, fault, &detail);
             let hold = self.interval.mul_f64(rng.random_range(0.5..=1.0));
@@ -164,6 +176,7 @@ impl Nemesis {
             Active::Killed(id) => c.restart(id),
             Active::Paused(id) => c.resume(id),
             Active::Cut => c.net.heal(),
+            Active::Skewed(id) => c.set_clock_offset(id, 0),
         }
     }
 
@@ -198,6 +211,7 @@ pub fn heal_all(cluster: &Mutex<Cluster>) -> anyhow::Result<()> {
     for id in 1..=c.nodes.len() as u64 {
         c.resume(id)?;
         c.restart(id)?;
+        c.set_clock_offset(id, 0)?;
     }
     c.net.heal()
 }

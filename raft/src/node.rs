@@ -9,6 +9,7 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError as OpenRaftError};
 use openraft::{ChangeMembers, Config, SnapshotPolicy};
+use raftmq_store::retention::Clock as _;
 use raftmq_store::{Store, StoreConfig};
 use tokio::sync::watch;
 
@@ -52,6 +53,9 @@ pub struct NodeConfig {
     pub dial_overrides: std::collections::HashMap<NodeId, String>,
     /// How often retention runs (RocketMQ checks every 10 s).
     pub retention_interval: Duration,
+    /// The wall clock retention judges ages by (milliseconds since the
+    /// epoch); the broker passes its own, which fault injection can skew.
+    pub wall_clock_ms: fn() -> u64,
     pub store: StoreConfig,
 }
 
@@ -73,6 +77,7 @@ impl NodeConfig {
             preferred_leader: None,
             dial_overrides: Default::default(),
             retention_interval: Duration::from_secs(10),
+            wall_clock_ms: || raftmq_store::retention::SystemClock.now_ms(),
             store: StoreConfig::default(),
         }
     }
@@ -160,7 +165,7 @@ impl RaftNode {
         if let Some(preferred) = cfg.preferred_leader {
             node.clone().spawn_preferred_leader(preferred);
         }
-        node.clone().spawn_retention(cfg.retention_interval);
+        node.clone().spawn_retention(cfg.retention_interval, cfg.wall_clock_ms);
         tracing::info!(node = cfg.node_id, raft = %raft_addr, "raft node started");
         Ok(node)
     }
@@ -400,8 +405,9 @@ impl RaftNode {
         Ok(plan)
     }
 
-    /// Runs retention every `every`, with the real clock and disk.
-    fn spawn_retention(self: Arc<Self>, every: Duration) {
+    /// Runs retention every `every`, with the given wall clock and the real
+    /// disk.
+    fn spawn_retention(self: Arc<Self>, every: Duration, wall_clock_ms: fn() -> u64) {
         let mut stopped = self.stop.subscribe();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -411,7 +417,7 @@ impl RaftNode {
                     _ = stopped.wait_for(|s| *s) => return,
                     _ = tick.tick() => {}
                 }
-                let clock = raftmq_store::retention::SystemClock;
+                let clock = WallClock(wall_clock_ms);
                 let probe = raftmq_store::retention::StatvfsProbe;
                 if let Err(e) = self.enforce_retention(&clock, &probe).await {
                     tracing::error!(error = %e, "retention failed");
@@ -438,6 +444,18 @@ impl RaftNode {
 
 /// openraft's error for leader-only calls.
 type WriteError = OpenRaftError<crate::types::TypeConfig, ClientWriteError<crate::types::TypeConfig>>;
+
+/// A wall-clock function as retention's clock (hours in the host's zone).
+struct WallClock(fn() -> u64);
+
+impl raftmq_store::retention::Clock for WallClock {
+    fn now_ms(&self) -> u64 {
+        (self.0)()
+    }
+    fn local_hour(&self, at_ms: u64) -> u8 {
+        raftmq_store::retention::SystemClock.local_hour(at_ms)
+    }
+}
 
 fn map_write_error(e: WriteError) -> RaftError {
     match e {
