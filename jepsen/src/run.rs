@@ -120,7 +120,11 @@ pub async fn run(opts: TestOpts) -> anyhow::Result<bool> {
         ack_before_commit: opts.self_test,
     };
     let cluster = Arc::new(Mutex::new(Cluster::start(&bin, net, &run_dir, &settings)?));
-    let outcome = test(&opts, &cluster, &run_dir).await;
+    // Ctrl-C still stops the processes and removes the namespaces.
+    let outcome = tokio::select! {
+        out = test(&opts, &cluster) => out,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
     // Whatever happened, stop the processes and remove the namespaces.
     let mut c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     c.stop_all();
@@ -135,11 +139,7 @@ pub async fn run(opts: TestOpts) -> anyhow::Result<bool> {
 }
 
 /// From a started cluster to a drained history.
-async fn test(
-    opts: &TestOpts,
-    cluster: &Arc<Mutex<Cluster>>,
-    _run_dir: &Path,
-) -> anyhow::Result<(Vec<Op>, Vec<CommitSample>)> {
+async fn test(opts: &TestOpts, cluster: &Arc<Mutex<Cluster>>) -> anyhow::Result<(Vec<Op>, Vec<CommitSample>)> {
     let (namesrv, client_addrs) = {
         let c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (
