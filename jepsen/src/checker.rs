@@ -16,7 +16,9 @@
 //!    sent to another key), and not by a send that certainly failed
 //!    (`failed-write-read`). After healing every replica serves the same
 //!    queue: drains of one key from different nodes have the same length
-//!    (`replica-divergence`; differing contents show as inconsistent offsets).
+//!    (`replica-divergence`; differing contents show as inconsistent offsets),
+//!    and a key with acknowledged sends has an ok drain from every node that
+//!    was drained at all (`undrained`: otherwise its writes go unverified).
 //! 3. `duplicates`: a value stored at two or more distinct (key, offset)
 //!    positions, as read. A `duplicate` fails the check; when the value's
 //!    send had an unknown outcome (`info`, or never completed) it is a
@@ -42,7 +44,10 @@
 //!    the replicas (a replica that did not persist one counts its last
 //!    index), any index that two replicas both hold has the same term and
 //!    CRC in each (`log-divergence`). Each node's sampled commit index never
-//!    decreases over time, across restarts too (`commit-index-regressed`).
+//!    decreases over time, across restarts too (`commit-index-regressed`),
+//!    except into an incarnation that began with a simulated power loss:
+//!    the broker keeps its committed index without fsync, as Raft allows
+//!    (`commit-index-regressed-after-power-loss`, reported, not judged).
 //! 6. `availability`: reported, not judged (always passed). Counts, rates,
 //!    latencies and the longest stretches without an ok send, overall and
 //!    around each fault, in [`Stats`].
@@ -79,7 +84,7 @@ const MAX_REMEMBERED: usize = 16;
 /// How long after a fault stops its window for availability gaps extends.
 const FAULT_TAIL_NS: u64 = 10_000_000_000;
 /// Kinds that are reported but do not fail their check.
-const NOT_JUDGED_KINDS: &[&str] = &["duplicate-after-unknown"];
+const NOT_JUDGED_KINDS: &[&str] = &["duplicate-after-unknown", "commit-index-regressed-after-power-loss"];
 
 /// What the checker reads.
 pub struct Inputs<'a> {
@@ -584,6 +589,18 @@ fn no_lost_writes(f: &Facts) -> CheckResult {
         nodes_of.entry(key).or_default().push((node, drains));
     }
 
+    // Every node that was drained at all (ok or not): each key with an
+    // acknowledged send must have an ok drain from each of them.
+    let drain_nodes: BTreeSet<u64> = f
+        .ops
+        .iter()
+        .filter_map(|op| match &op.call {
+            Call::Drain { node, .. } => Some(*node),
+            _ => None,
+        })
+        .collect();
+    let mut acked_on: BTreeMap<usize, usize> = BTreeMap::new();
+
     // Acknowledged sends.
     let mut unchecked = 0u64;
     let mut acknowledged = 0u64;
@@ -594,6 +611,7 @@ fn no_lost_writes(f: &Facts) -> CheckResult {
         };
         acknowledged += 1;
         let key = f.key[pos];
+        acked_on.entry(key).or_insert(pos);
         let Some(nodes) = nodes_of.get(&key) else {
             unchecked += 1;
             continue;
@@ -705,6 +723,23 @@ fn no_lost_writes(f: &Facts) -> CheckResult {
                 let each: Vec<String> = lens.iter().map(|(n, l, _)| format!("node {n} has {l}")).collect();
                 let d = format!("key {} drains differ in length: {}", f.key_name(*key), each.join(", "));
                 (d, lens.iter().map(|l| l.2).collect())
+            });
+        }
+    }
+
+    for (&key, &first_send) in &acked_on {
+        let drained_from: BTreeSet<u64> = nodes_of
+            .get(&key)
+            .map_or_else(BTreeSet::new, |v| v.iter().map(|(n, _)| *n).collect());
+        for node in drain_nodes.difference(&drained_from) {
+            sink.add("undrained", || {
+                (
+                    format!(
+                        "key {} has acknowledged sends but no ok drain from node {node}: its writes there are unverified",
+                        f.key_name(key)
+                    ),
+                    vec![first_send],
+                )
             });
         }
     }
@@ -1048,7 +1083,15 @@ fn replicas(replicas: &[ReplicaLog], commits: &[CommitSample]) -> CheckResult {
             for w in samples.windows(2) {
                 let (a, b) = (w[0], w[1]);
                 if b.commit_index < a.commit_index {
-                    sink.add("commit-index-regressed", || {
+                    // The committed index is kept without fsync (Raft lets
+                    // it be volatile): a power loss may take it back, a
+                    // process kill must not.
+                    let kind = if b.after_power_loss && a.incarnation != b.incarnation {
+                        "commit-index-regressed-after-power-loss"
+                    } else {
+                        "commit-index-regressed"
+                    };
+                    sink.add(kind, || {
                         let restart = if a.incarnation != b.incarnation {
                             format!(" (incarnation {} -> {})", a.incarnation, b.incarnation)
                         } else {
@@ -1503,6 +1546,7 @@ mod tests {
             node,
             incarnation,
             commit_index,
+            after_power_loss: false,
         }
     }
 
@@ -1701,6 +1745,22 @@ mod tests {
         let r = h.check();
         only_failure(&r, "no-lost-writes", "lost-write");
         assert_eq!(count(&r, "no-lost-writes", "lost-write"), 3);
+    }
+
+    #[test]
+    fn a_key_without_an_ok_drain_from_every_drained_node_is_undrained() {
+        let mut h = H::default();
+        h.ok_send(1, "k", 1, 0);
+        h.ok_send(1, "j", 2, 0);
+        drain_all(&mut h, "k", &[(0, 1)]);
+        h.drain(101, "j", 1, &[(0, 2)]);
+        // Node 2's drain of j failed, node 3's never ran.
+        h.invoke(102, drain("j", 2, &[]));
+        h.done(102, OpType::Fail, drain("j", 2, &[]));
+        let r = h.check();
+        only_failure(&r, "no-lost-writes", "undrained");
+        assert_eq!(count(&r, "no-lost-writes", "undrained"), 2, "{}", summary(&r));
+        assert!(anomaly(&r, "no-lost-writes", "undrained").detail.contains("key j"));
     }
 
     #[test]
@@ -2041,6 +2101,37 @@ mod tests {
                 .description
                 .contains("no replica logs were collected")
         );
+    }
+
+    #[test]
+    fn a_commit_index_may_fall_only_across_a_power_loss() {
+        let commits_of = |late: bool| {
+            let mut after = sample(30, 2, 1, 5);
+            after.after_power_loss = true;
+            let mut v = vec![sample(10, 2, 0, 9), after, sample(40, 2, 1, 12)];
+            if late {
+                // Within one incarnation it is judged, power loss or not.
+                let mut s = sample(50, 2, 1, 4);
+                s.after_power_loss = true;
+                v.push(s);
+            }
+            v
+        };
+        let commits = commits_of(false);
+        let r = check(&Inputs {
+            ops: &[],
+            replicas: &[],
+            commits: &commits,
+        });
+        assert!(r.valid, "{}", summary(&r));
+        assert_eq!(count(&r, "replicas", "commit-index-regressed-after-power-loss"), 1);
+        let commits = commits_of(true);
+        let r = check(&Inputs {
+            ops: &[],
+            replicas: &[],
+            commits: &commits,
+        });
+        assert_eq!(count(&r, "replicas", "commit-index-regressed"), 1, "{}", summary(&r));
     }
 
     #[test]

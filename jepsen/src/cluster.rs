@@ -6,6 +6,7 @@
 //! <run>/namesrv.log
 //! <run>/n<i>/config.toml  n<i>/data/  n<i>/broker.log (every start appends)
 //! <run>/n<i>/clock-offset (the node's clock skew in ms, see the clock nemesis)
+//! <run>/n<i>/backing/ (with the power nemesis: what n<i>/data serves, via LazyFs)
 //! ```
 //!
 //! Ports are the same on every host (each has its own address): clients
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::lazyfs::{LazyFs, LossReport};
 use crate::netns::{Host, Network};
 
 pub const CLIENT_PORT: u16 = 8081;
@@ -38,6 +40,9 @@ pub struct BrokerSettings {
     pub flush: String,
     /// The self-test's deliberate bug (`unsafe_ack_before_commit`).
     pub ack_before_commit: bool,
+    /// Serve each node's data directory through a `LazyFs` (for the power
+    /// nemesis), backed by `n<i>/backing`.
+    pub lazyfs: bool,
 }
 
 pub struct Node {
@@ -48,6 +53,12 @@ pub struct Node {
     /// Counts starts: 0 for the first.
     pub incarnation: u32,
     pub paused: bool,
+    /// The data directory's filesystem, when it loses un-fsynced writes.
+    fs: Option<LazyFs>,
+    /// A power loss happened since the last start.
+    power_lost: bool,
+    /// The current incarnation began after a power loss.
+    pub after_power_loss: bool,
 }
 
 impl Node {
@@ -73,6 +84,42 @@ pub struct Cluster {
     pub net: Network,
     namesrv: Option<Child>,
     pub nodes: Vec<Node>,
+    /// Dropped last, after the nodes' LazyFs mounts beneath it.
+    _shared: Option<SharedMount>,
+}
+
+/// The run directory bind-mounted onto itself and made shared, so that
+/// mounts beneath it (LazyFs) propagate into the nodes' mount namespaces
+/// (`ip netns exec` makes each a slave of the harness's) and so do their
+/// unmounts. Without it, on a host whose `/` is private, a node's copy of
+/// another node's LazyFs mount would keep that filesystem alive after the
+/// harness unmounts it.
+struct SharedMount(PathBuf);
+
+impl SharedMount {
+    fn new(dir: &Path) -> anyhow::Result<SharedMount> {
+        let d = dir.display().to_string();
+        for args in [
+            ["--bind", d.as_str(), d.as_str()].as_slice(),
+            &["--make-rshared", d.as_str()],
+        ] {
+            let out = Command::new("mount").args(args).output().context("running mount")?;
+            if !out.status.success() {
+                bail!(
+                    "mount {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+        Ok(SharedMount(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SharedMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output();
+    }
 }
 
 /// Runs `cmd` in `ns`, its output appended to `log`, killed if the harness
@@ -122,11 +169,22 @@ impl Cluster {
                 ip = h.ip
             ));
         }
+        let shared = if settings.lazyfs {
+            Some(SharedMount::new(run_dir)?)
+        } else {
+            None
+        };
         let mut nodes = Vec::new();
         for (i, h) in net.nodes.iter().enumerate() {
             let id = i as u64 + 1;
             let dir = run_dir.join(&h.name);
             std::fs::create_dir_all(dir.join("data"))?;
+            let fs = if settings.lazyfs {
+                std::fs::create_dir_all(dir.join("backing"))?;
+                Some(LazyFs::mount(&dir.join("backing"), &dir.join("data"))?)
+            } else {
+                None
+            };
             let config = format!(
                 "# Written by raftmq-jepsen.\n\
                  cluster = \"JepsenCluster\"\n\
@@ -164,6 +222,9 @@ impl Cluster {
                 child: None,
                 incarnation: 0,
                 paused: false,
+                fs,
+                power_lost: false,
+                after_power_loss: false,
             });
         }
         let mut c = Cluster {
@@ -171,6 +232,7 @@ impl Cluster {
             net,
             namesrv: Some(namesrv),
             nodes,
+            _shared: shared,
         };
         for id in 1..=c.nodes.len() as u64 {
             c.spawn(id)?;
@@ -208,12 +270,26 @@ impl Cluster {
         Ok(())
     }
 
+    /// `kill -9`, then drops every write the node had not fsynced, as a
+    /// power loss of its host would.
+    pub fn power_loss(&mut self, id: u64) -> anyhow::Result<LossReport> {
+        self.kill(id)?;
+        let n = &mut self.nodes[id as usize - 1];
+        let Some(fs) = n.fs.as_mut() else {
+            bail!("node {id}'s data directory is not on LazyFs (the power nemesis mounts it)");
+        };
+        n.power_lost = true;
+        fs.lose_unsynced()
+    }
+
     /// Starts a node that is down (a no-op on a running one).
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         if self.nodes[id as usize - 1].running() {
             return Ok(());
         }
-        self.nodes[id as usize - 1].incarnation += 1;
+        let n = &mut self.nodes[id as usize - 1];
+        n.incarnation += 1;
+        n.after_power_loss = std::mem::take(&mut n.power_lost);
         self.spawn(id)
     }
 

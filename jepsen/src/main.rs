@@ -6,7 +6,8 @@
 //! - `run`: one test from start to artifacts.
 //! - `netns`: the namespaces, the bridge, and packet drops.
 //! - `cluster`: the NameServer and broker processes; metrics scrapes.
-//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock).
+//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power).
+//! - `lazyfs`: a FUSE pass-through filesystem that loses un-fsynced writes (power loss).
 //! - `workload`: the clients' operations and the final drain.
 //! - `client`: the `apache.rocketmq.v2` calls and how their outcomes sort.
 //! - `recorder`: appends operations to the history as they happen.
@@ -22,6 +23,7 @@ mod client;
 mod cluster;
 mod edn;
 mod history;
+mod lazyfs;
 mod nemesis;
 mod netns;
 mod observations;
@@ -65,7 +67,7 @@ struct TestArgs {
     /// Seconds of workload (the heal, drain and check come after).
     #[arg(long, default_value_t = 60)]
     time_limit: u64,
-    /// Faults: a comma-separated list of kill, pause, partition, loss, clock; or all, or none.
+    /// Faults: a comma-separated list of kill, pause, partition, loss, clock, power; or all, or none.
     #[arg(long, default_value = "kill,pause,partition")]
     nemesis: String,
     /// Mean seconds between faults (each lasts half to all of it).

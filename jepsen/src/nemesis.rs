@@ -7,6 +7,7 @@
 //! | `pause` | SIGSTOP the leader or a random node | SIGCONT |
 //! | `partition` | cut links: one node isolated, the leader isolated, random majority/minority halves, a ring of majorities, or a bridge (two halves both seeing one node) | remove every drop rule |
 //! | `loss` | drop 20 % of the packets arriving at every node | remove the rule |
+//! | `power` | `kill -9` the leader or a random node and drop every write it had not fsynced (its data directory is on `LazyFs`) | start it again |
 //! | `clock` | skew the wall clock of the leader or a random node by ±0.1 s to ±10 min (log-uniform; the broker's `clock_offset_file`) | set it back |
 //!
 //! Faults come one at a time: one every `interval` on average, each held
@@ -33,10 +34,18 @@ pub enum Fault {
     Partition,
     Loss,
     Clock,
+    Power,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 5] = [Fault::Kill, Fault::Pause, Fault::Partition, Fault::Loss, Fault::Clock];
+    pub const ALL: [Fault; 6] = [
+        Fault::Kill,
+        Fault::Pause,
+        Fault::Partition,
+        Fault::Loss,
+        Fault::Clock,
+        Fault::Power,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -45,6 +54,7 @@ impl Fault {
             Fault::Partition => "partition",
             Fault::Loss => "loss",
             Fault::Clock => "clock",
+            Fault::Power => "power",
         }
     }
 
@@ -150,6 +160,17 @@ impl Nemesis {
                 Fault::Loss => {
                     lock(&self.cluster).net.lose(0.2)?;
                     (Active::Cut, "20% of packets dropped at every node".to_string())
+                }
+                Fault::Power => {
+                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
+                    let lost = lock(&self.cluster).power_loss(id)?;
+                    (
+                        Active::Killed(id),
+                        format!(
+                            "node {id} ({why}) lost power: up to {} un-fsynced bytes in {} files dropped",
+                            lost.bytes, lost.files
+                        ),
+                    )
                 }
                 Fault::Clock => {
                     let (id, why) = target(&mut rng, leader(&self.cluster).await);

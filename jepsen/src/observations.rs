@@ -35,5 +35,9 @@ pub struct CommitSample {
     pub node: u64,
     /// Counts the node's starts: 0 for the first, 1 after one restart...
     pub incarnation: u32,
+    /// This incarnation began after a simulated power loss (the `power`
+    /// nemesis dropped the node's un-fsynced writes).
+    #[serde(default)]
+    pub after_power_loss: bool,
     pub commit_index: u64,
 }

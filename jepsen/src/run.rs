@@ -118,6 +118,7 @@ pub async fn run(opts: TestOpts) -> anyhow::Result<bool> {
     let settings = BrokerSettings {
         flush: opts.flush.clone(),
         ack_before_commit: opts.self_test,
+        lazyfs: opts.faults.contains(&Fault::Power),
     };
     let cluster = Arc::new(Mutex::new(Cluster::start(&bin, net, &run_dir, &settings)?));
     // Ctrl-C still stops the processes and removes the namespaces.
@@ -272,15 +273,15 @@ async fn converge(cluster: &Mutex<Cluster>, within: Duration) -> anyhow::Result<
 /// Samples every running node's commit index four times a second.
 async fn sample_commits(cluster: Arc<Mutex<Cluster>>, recorder: Recorder, out: Arc<Mutex<Vec<CommitSample>>>) {
     loop {
-        let nodes: Vec<(u64, u32, String)> = cluster
+        let nodes: Vec<(u64, u32, bool, String)> = cluster
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .nodes
             .iter()
             .filter(|n| n.running() && !n.paused)
-            .map(|n| (n.id, n.incarnation, n.metrics_addr()))
+            .map(|n| (n.id, n.incarnation, n.after_power_loss, n.metrics_addr()))
             .collect();
-        for (node, incarnation, addr) in nodes {
+        for (node, incarnation, after_power_loss, addr) in nodes {
             if let Some(m) = scrape(&addr, Duration::from_millis(300)).await {
                 out.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -288,6 +289,7 @@ async fn sample_commits(cluster: Arc<Mutex<Cluster>>, recorder: Recorder, out: A
                         time: recorder.now(),
                         node,
                         incarnation,
+                        after_power_loss,
                         commit_index: m.commit_index,
                     });
             }

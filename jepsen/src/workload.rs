@@ -39,6 +39,7 @@ pub struct Workload {
 /// Polls on one key before the consumer moves to another.
 const POLLS_PER_ASSIGNMENT: u32 = 8;
 const POLL_BATCH: i32 = 32;
+const DRAIN_RETRIES: u32 = 20;
 
 pub fn key_name(i: usize) -> String {
     format!("jepsen-{i}")
@@ -194,6 +195,9 @@ impl Workload {
                 let mut msgs: Vec<(u64, u64)> = Vec::new();
                 let mut from = 0;
                 let mut error = None;
+                // A node just healed may still refuse for a moment: retry a
+                // read for up to DRAIN_RETRIES x 500 ms before giving up.
+                let mut retries = 0;
                 loop {
                     match client.pull("jepsen-drain", key, from, 256).await {
                         Outcome::Ok(batch) if batch.is_empty() => break,
@@ -202,8 +206,12 @@ impl Workload {
                             msgs.extend(batch);
                         }
                         Outcome::Fail(e) | Outcome::Unknown(e) => {
-                            error = Some(e);
-                            break;
+                            retries += 1;
+                            if retries > DRAIN_RETRIES {
+                                error = Some(e);
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(500)).await;
                         }
                     }
                 }
