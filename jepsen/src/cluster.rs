@@ -202,6 +202,10 @@ impl Cluster {
                  [store]\n\
                  flush_mode = \"{flush}\"\n\
                  segment_size = 67108864\n\
+                 # Small preallocated files: a run keeps every node's data.\n\
+                 cq_units_per_file = 30000\n\
+                 index_slots = 100000\n\
+                 index_entries = 400000\n\
                  # The host's disk use must not decide a test.\n\
                  [store.retention]\n\
                  disk_warn_ratio = 1.0\n\
