@@ -410,6 +410,12 @@ pub async fn scrape(addr: &str, timeout: Duration) -> Option<NodeMetrics> {
     })
     .await
     .ok()??;
+    // A node killed mid-answer leaves a cut-off page: only a complete
+    // answer counts (status 200, and the metrics every page has).
+    if !body.starts_with("HTTP/1.") || body.split_whitespace().nth(1) != Some("200") {
+        return None;
+    }
+    let (mut seen_commit, mut seen_applied) = (false, false);
     let mut m = NodeMetrics::default();
     for line in body.lines() {
         let Some((name, value)) = line.rsplit_once(' ') else {
@@ -419,8 +425,14 @@ pub async fn scrape(addr: &str, timeout: Duration) -> Option<NodeMetrics> {
         let v = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
         match metric {
             "raftmq_raft_term" => m.term = v,
-            "raftmq_raft_commit_index" => m.commit_index = v,
-            "raftmq_raft_applied_index" => m.applied_index = v,
+            "raftmq_raft_commit_index" => {
+                m.commit_index = v;
+                seen_commit = true;
+            }
+            "raftmq_raft_applied_index" => {
+                m.applied_index = v;
+                seen_applied = true;
+            }
             "raftmq_raft_last_log_index" => m.last_log_index = v,
             "raftmq_raft_role" if v == 1 => {
                 if let Some(role) = name.split("role=\"").nth(1).and_then(|r| r.split('"').next()) {
@@ -430,5 +442,5 @@ pub async fn scrape(addr: &str, timeout: Duration) -> Option<NodeMetrics> {
             _ => {}
         }
     }
-    Some(m)
+    (seen_commit && seen_applied && body.contains("# EOF")).then_some(m)
 }

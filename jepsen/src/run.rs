@@ -121,10 +121,13 @@ pub async fn run(opts: TestOpts) -> anyhow::Result<bool> {
         lazyfs: opts.faults.contains(&Fault::Power),
     };
     let cluster = Arc::new(Mutex::new(Cluster::start(&bin, net, &run_dir, &settings)?));
-    // Ctrl-C still stops the processes and removes the namespaces.
+    // Ctrl-C or SIGTERM (from `timeout`, say) still stops the processes and
+    // removes the namespaces.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let outcome = tokio::select! {
         out = test(&opts, &cluster) => out,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated")),
     };
     // Whatever happened, stop the processes and remove the namespaces.
     let mut c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
