@@ -28,6 +28,8 @@
 //! | [`pop`]               | pop consumption at the leader: receive, long polling, ack, DLQ    |
 //! | [`progress`]          | consumer groups' offsets, lag and in-flight counts per queue      |
 //! | [`receipt`]           | receipt handles                                                   |
+//! | [`filter`]            | a subscription's filter: tags or SQL92, hash pre-check then match |
+//! | [`sql_filter`]        | SQL92 filter expressions (sqlparser): parse, match a message      |
 //! | [`h2_authority`]      | makes multi-address `:authority` headers acceptable to h2         |
 //! | [`metrics`]           | Prometheus metrics of a broker node (counters, scrape-time state) |
 //! | [`metrics_http`]      | the `/metrics` HTTP endpoint (brokers and NameServers)            |
@@ -71,6 +73,7 @@ pub mod clock;
 pub mod config;
 pub mod dev;
 pub mod error;
+pub mod filter;
 pub mod group_cli;
 pub mod h2_authority;
 pub mod inspect;
@@ -86,6 +89,7 @@ pub mod receipt;
 pub mod registration;
 pub mod route_cache;
 pub mod server;
+pub mod sql_filter;
 pub mod v2_message;
 
 pub mod pb {

@@ -32,7 +32,8 @@ use crate::broker::{Broker, FORWARD_WAIT};
 use crate::broker_service::{FORWARDED, not_delivered};
 use crate::client_route::{self, GroupQueues};
 use crate::error::BrokerError;
-use crate::pop::{self, MAX_INVISIBLE, Receive, TagFilter};
+use crate::filter::Filter;
+use crate::pop::{self, MAX_INVISIBLE, Receive};
 use crate::receipt;
 use crate::rocketmq::v2;
 use crate::rocketmq::v2::Code;
@@ -244,19 +245,6 @@ fn poll_deadline(mut wait: Duration, client_deadline: Option<Duration>) -> Insta
     Instant::now() + wait
 }
 
-fn filter_of(f: Option<&v2::FilterExpression>) -> Result<TagFilter, BrokerError> {
-    match f {
-        None => Ok(TagFilter::All),
-        Some(f) => match v2::FilterType::try_from(f.r#type).unwrap_or(v2::FilterType::Unspecified) {
-            v2::FilterType::Tag | v2::FilterType::Unspecified => TagFilter::parse(&f.expression),
-            v2::FilterType::Sql => Err(BrokerError::Refused(
-                Code::Unsupported,
-                "SQL92 filters are not supported yet; use a tag expression".into(),
-            )),
-        },
-    }
-}
-
 impl MessagingService {
     /// Picks each message's queue and sends the request's messages, one
     /// batch per (topic, queue). Runs on the leader.
@@ -341,7 +329,7 @@ impl MessagingService {
     ) -> Result<Vec<v2::ReceiveMessageResponse>, BrokerError> {
         let group = group_name(req.group.as_ref())?;
         let QueueRef { topic, namespace, id } = QueueRef::of(req.message_queue.as_ref())?;
-        let filter = filter_of(req.filter_expression.as_ref())?;
+        let filter = Filter::of_v2(req.filter_expression.as_ref())?;
         let invisible = invisible_time(
             req.invisible_duration.as_ref(),
             Duration::from_millis(self.broker.cfg.default_invisible_ms),
@@ -427,7 +415,7 @@ impl MessagingService {
     ) -> Result<Vec<v2::PullMessageResponse>, BrokerError> {
         group_name(req.group.as_ref())?;
         let q = QueueRef::of(req.message_queue.as_ref())?;
-        let filter = filter_of(req.filter_expression.as_ref())?;
+        let filter = Filter::of_v2(req.filter_expression.as_ref())?;
         let queue_id = q.queue_id()?;
         let QueueRef { topic, namespace, .. } = q;
         let offset = u64::try_from(req.offset)
@@ -468,11 +456,7 @@ impl MessagingService {
                 let Ok((view, _)) = MessageView::parse(&bytes) else {
                     continue;
                 };
-                let TagFilter::Tags(tags) = &filter else {
-                    out.push(self.pulled(&view, &topic, &namespace, queue_id, q, &host));
-                    continue;
-                };
-                if tags.iter().any(|(t, h)| *h == unit.tag_hash && t == view.tag) {
+                if filter.may_match(unit.tag_hash) && filter.matches(&view) {
                     out.push(self.pulled(&view, &topic, &namespace, queue_id, q, &host));
                 }
             }

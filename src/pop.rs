@@ -21,11 +21,12 @@ use std::time::Duration;
 
 use raftmq_raft::command::{AdminCommand, Response, SendBatch, TopicConfig, TopicMessageType};
 use raftmq_raft::consumption::{self, FreshRange, GroupConfig, PopPlan, Popped, QueueState, Receipt};
-use raftmq_raft::message::{MessageView, tag_hash};
+use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
 
 use crate::error::BrokerError;
+use crate::filter::Filter;
 use crate::receipt;
 use crate::rocketmq::v2::Code;
 use crate::v2_message::now_ms;
@@ -38,60 +39,11 @@ const MAX_SCAN: u64 = 1024;
 /// Longest invisible time a consumer may ask for (RocketMQ: 12 h).
 pub const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
 
-/// Which tags a subscription takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TagFilter {
-    All,
-    /// Tags and their hashes (the ConsumeQueue holds the hash; equal hashes
-    /// are checked against the message's tag).
-    Tags(Vec<(String, u64)>),
-}
-
-impl TagFilter {
-    /// Parses RocketMQ's tag expression: `*` (or empty) for all, or tags
-    /// separated by `||`.
-    pub fn parse(expr: &str) -> Result<TagFilter, BrokerError> {
-        let expr = expr.trim();
-        if expr.is_empty() || expr == "*" {
-            return Ok(TagFilter::All);
-        }
-        let mut tags = Vec::new();
-        for t in expr.split("||") {
-            let t = t.trim();
-            if t.is_empty() {
-                return Err(BrokerError::Refused(
-                    Code::IllegalFilterExpression,
-                    format!("tag expression {expr:?} has an empty tag"),
-                ));
-            }
-            if t == "*" {
-                return Ok(TagFilter::All);
-            }
-            tags.push((t.to_string(), tag_hash(t)));
-        }
-        Ok(TagFilter::Tags(tags))
-    }
-
-    fn may_match(&self, hash: u64) -> bool {
-        match self {
-            TagFilter::All => true,
-            TagFilter::Tags(t) => t.iter().any(|(_, h)| *h == hash),
-        }
-    }
-
-    fn matches(&self, tag: &str) -> bool {
-        match self {
-            TagFilter::All => true,
-            TagFilter::Tags(t) => t.iter().any(|(s, _)| s == tag),
-        }
-    }
-}
-
 /// A receive as a consumer asks for it.
 pub struct Receive {
     pub group: String,
     pub topic: String,
-    pub filter: TagFilter,
+    pub filter: Filter,
     pub batch: usize,
     pub invisible: Duration,
     /// The queue to look at first (the others follow, in order).
@@ -401,9 +353,9 @@ impl Popper {
             if !r.filter.may_match(unit.tag_hash) {
                 continue;
             }
-            if let TagFilter::Tags(_) = r.filter {
+            if r.filter.needs_message() {
                 let matched = match self.node.store.commitlog().read_bytes(unit.phys, u64::from(unit.size)) {
-                    Ok(bytes) => MessageView::parse(&bytes).is_ok_and(|(v, _)| r.filter.matches(v.tag)),
+                    Ok(bytes) => MessageView::parse(&bytes).is_ok_and(|(v, _)| r.filter.matches(&v)),
                     Err(_) => false,
                 };
                 if !matched {
@@ -547,18 +499,4 @@ pub fn validate_group(name: &str) -> Result<(), BrokerError> {
             ),
         )
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tag_expressions() {
-        assert_eq!(TagFilter::parse("*").unwrap(), TagFilter::All);
-        assert_eq!(TagFilter::parse(" ").unwrap(), TagFilter::All);
-        let f = TagFilter::parse("a || b").unwrap();
-        assert!(f.may_match(tag_hash("a")) && f.matches("b") && !f.matches("c"));
-        assert!(TagFilter::parse("a || ").is_err());
-    }
 }

@@ -186,6 +186,8 @@ async fn producer_simple_fifo_and_push_consumers() {
     env.scenario("fifo", &all, "Ordered", "Fifo").await;
     env.admin(&["topic", "create", "--topic", "Pushed", "--queues", "4"]);
     env.scenario("push", &all, "Pushed", "Push").await;
+    env.admin(&["topic", "create", "--topic", "Filtered", "--queues", "4"]);
+    env.scenario("sql92", &follower, "Filtered", "Sql").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -27,6 +27,7 @@ from rocketmq import (
     PushConsumer,
     SimpleConsumer,
 )
+from rocketmq.grpc_protocol import FilterType
 
 
 def log(*args):
@@ -287,14 +288,78 @@ def failover(args):
         p.shutdown()
 
 
+def sql92(args):
+    """SQL92 subscriptions: exactly the messages whose user properties and
+    tag satisfy the expression arrive (missing properties never match); a
+    malformed expression is refused when the consumer receives."""
+    cfg = config(args)
+    topic = args.topic
+    p = Producer(cfg, (topic,))
+    p.startup()
+    sent = {}
+    try:
+        for i in range(24):
+            props = {"n": str(i)}
+            if i % 3 != 0:
+                props["color"] = "red" if i % 2 == 0 else "blue"
+            tag = "A" if i % 4 == 0 else "B"
+            p.send(message(topic, "s%d" % i, tag=tag, props=props))
+            sent["s%d" % i] = (i, props.get("color"), tag)
+    finally:
+        p.shutdown()
+
+    def expect(pred):
+        return {b for b, (i, color, tag) in sent.items() if pred(i, color, tag)}
+
+    cases = [
+        ("n >= 10 AND color = 'red'", lambda i, c, t: i >= 10 and c == "red"),
+        ("TAGS = 'A' OR (n BETWEEN 3 AND 5)", lambda i, c, t: t == "A" or 3 <= i <= 5),
+        ("color IS NULL AND n < 12", lambda i, c, t: c is None and i < 12),
+        ("NOT (color IN ('red', 'blue'))", lambda i, c, t: False),
+        ("color <> 'red' AND TAGS IN ('B')", lambda i, c, t: c == "blue" and t == "B"),
+    ]
+    for k, (expr, pred) in enumerate(cases):
+        want = expect(pred)
+        c = SimpleConsumer(
+            cfg, "%s-sql%d" % (args.group, k), {topic: FilterExpression(expr, FilterType.SQL)}, await_duration=2
+        )
+        c.startup()
+        try:
+            got = drain(c, want, 12 if want else 5)
+            bodies = [m.body.decode() for m in got]
+            check(set(bodies) == want and len(bodies) == len(want), "SQL92 %r gets exactly %d messages" % (expr, len(want)))
+        finally:
+            c.shutdown()
+
+    bad = SimpleConsumer(cfg, args.group + "-sqlbad", {topic: FilterExpression("n LIKE 'x%'", FilterType.SQL)}, await_duration=2)
+    bad.startup()
+    try:
+        try:
+            bad.receive(1, 15)
+            refused = False
+        except Exception as e:  # the client raises the broker's status
+            log("refused:", e)
+            # 40010 is ILLEGAL_FILTER_EXPRESSION; the message names the operator.
+            refused = "40010" in str(e) and "LIKE" in str(e)
+        check(refused, "a malformed SQL92 expression is refused at receive")
+    finally:
+        bad.shutdown()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["simple", "fifo", "push", "failover"])
+    ap.add_argument("scenario", choices=["simple", "fifo", "push", "failover", "sql92"])
     ap.add_argument("--endpoints", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--group", required=True)
     args = ap.parse_args()
-    {"simple": producer_and_simple_consumer, "fifo": fifo, "push": push, "failover": failover}[args.scenario](args)
+    {
+        "simple": producer_and_simple_consumer,
+        "fifo": fifo,
+        "push": push,
+        "failover": failover,
+        "sql92": sql92,
+    }[args.scenario](args)
     log("scenario %s passed" % args.scenario)
 
 

@@ -1,0 +1,129 @@
+//! A subscription's filter, as a receive or a pull names it: RocketMQ's tag
+//! expression (`*`, or tags joined by `||`) or an SQL92 expression over the
+//! message's user properties and its tag (see [`crate::sql_filter`]).
+//!
+//! Checking goes in two steps, as in RocketMQ: the ConsumeQueue unit's tag
+//! hash rules a message out cheaply ([`Filter::may_match`]), and only then
+//! is the message itself read when the filter needs it
+//! ([`Filter::needs_message`], [`Filter::matches`]): equal hashes may hide
+//! different tags, and SQL needs the properties.
+
+use raftmq_raft::message::{MessageView, tag_hash};
+
+use crate::error::BrokerError;
+use crate::rocketmq::v2::{self, Code};
+use crate::sql_filter::SqlFilter;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Filter {
+    All,
+    /// Tags and their hashes (the ConsumeQueue holds the hash).
+    Tags(Vec<(String, u64)>),
+    Sql(SqlFilter),
+}
+
+impl Filter {
+    /// The filter of a v2 request: none means every message. A bad
+    /// expression is refused here, at subscription, with the parser's
+    /// reason.
+    pub fn of_v2(f: Option<&v2::FilterExpression>) -> Result<Filter, BrokerError> {
+        match f {
+            None => Ok(Filter::All),
+            Some(f) => match v2::FilterType::try_from(f.r#type).unwrap_or(v2::FilterType::Unspecified) {
+                v2::FilterType::Tag | v2::FilterType::Unspecified => Filter::tags(&f.expression),
+                v2::FilterType::Sql => Filter::sql(&f.expression),
+            },
+        }
+    }
+
+    /// Parses RocketMQ's tag expression: `*` (or empty) for all, or tags
+    /// separated by `||`.
+    pub fn tags(expr: &str) -> Result<Filter, BrokerError> {
+        let expr = expr.trim();
+        if expr.is_empty() || expr == "*" {
+            return Ok(Filter::All);
+        }
+        let mut tags = Vec::new();
+        for t in expr.split("||") {
+            let t = t.trim();
+            if t.is_empty() {
+                return Err(BrokerError::Refused(
+                    Code::IllegalFilterExpression,
+                    format!("tag expression {expr:?} has an empty tag"),
+                ));
+            }
+            if t == "*" {
+                return Ok(Filter::All);
+            }
+            tags.push((t.to_string(), tag_hash(t)));
+        }
+        Ok(Filter::Tags(tags))
+    }
+
+    pub fn sql(expr: &str) -> Result<Filter, BrokerError> {
+        SqlFilter::parse(expr)
+            .map(Filter::Sql)
+            .map_err(|e| BrokerError::Refused(Code::IllegalFilterExpression, format!("SQL92 filter {expr:?}: {e}")))
+    }
+
+    /// Whether a message whose ConsumeQueue unit has this tag hash may
+    /// match.
+    pub fn may_match(&self, hash: u64) -> bool {
+        match self {
+            Filter::All | Filter::Sql(_) => true,
+            Filter::Tags(t) => t.iter().any(|(_, h)| *h == hash),
+        }
+    }
+
+    /// Whether [`Filter::matches`] must see the message itself.
+    pub fn needs_message(&self) -> bool {
+        !matches!(self, Filter::All)
+    }
+
+    /// Whether the message matches.
+    pub fn matches(&self, view: &MessageView<'_>) -> bool {
+        match self {
+            Filter::All => true,
+            Filter::Tags(t) => t.iter().any(|(s, _)| s == view.tag),
+            Filter::Sql(sql) => {
+                let properties = view.properties();
+                let tag = (!view.tag.is_empty()).then_some(view.tag);
+                sql.matches(
+                    |name: &str| properties.iter().find(|(k, _)| *k == name).map(|(_, v)| *v),
+                    tag,
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sql_expr(expr: &str) -> v2::FilterExpression {
+        v2::FilterExpression {
+            r#type: v2::FilterType::Sql as i32,
+            expression: expr.into(),
+        }
+    }
+
+    #[test]
+    fn tag_expressions() {
+        assert_eq!(Filter::tags("*").unwrap(), Filter::All);
+        assert_eq!(Filter::tags(" ").unwrap(), Filter::All);
+        let f = Filter::tags("a || b").unwrap();
+        assert!(f.may_match(tag_hash("a")) && !f.may_match(tag_hash("c")));
+        assert!(Filter::tags("a || ").is_err());
+        assert_eq!(Filter::of_v2(None).unwrap(), Filter::All);
+    }
+
+    #[test]
+    fn sql_expressions_are_checked_at_subscription() {
+        let f = Filter::of_v2(Some(&sql_expr("a > 5 AND TAGS IN ('x', 'y')"))).unwrap();
+        assert!(matches!(f, Filter::Sql(_)) && f.needs_message() && f.may_match(0));
+        let e = Filter::of_v2(Some(&sql_expr("a LIKE 'x%'"))).unwrap_err();
+        assert_eq!(e.v2_code(), Code::IllegalFilterExpression);
+        assert!(e.to_string().contains("LIKE"), "{e}");
+    }
+}
