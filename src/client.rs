@@ -132,7 +132,7 @@ impl Outgoing {
                 keys: self.keys.clone(),
                 message_id: new_message_id(),
                 message_type: kind as i32,
-                born_timestamp: Some(crate::v2_message::timestamp(crate::v2_message::now_ms())),
+                born_timestamp: Some(crate::v2_message::timestamp(crate::clock::now_ms())),
                 body_encoding: v2::Encoding::Identity as i32,
                 message_group: self.message_group.clone(),
                 delivery_timestamp: self.delivery_timestamp_ms.map(crate::v2_message::timestamp),

@@ -124,7 +124,7 @@ pub async fn produce(a: ProduceArgs) -> anyhow::Result<()> {
         m.tag = a.tag.clone();
         m.keys = a.key.iter().cloned().collect();
         m.message_group = a.message_group.clone();
-        m.delivery_timestamp_ms = a.delay.map(|d| crate::v2_message::now_ms() + d.as_millis() as u64);
+        m.delivery_timestamp_ms = a.delay.map(|d| crate::clock::now_ms() + d.as_millis() as u64);
         let r = with_retries(Duration::from_secs(10), || client.send(m.clone()))
             .await
             .map_err(|e| anyhow::anyhow!("message {i}: {e}"))?;

@@ -76,7 +76,7 @@ fn timestamp_of(s: &str) -> anyhow::Result<u64> {
         return Ok(ms);
     }
     let age = parse_duration(s).map_err(|e| anyhow::anyhow!("--to-timestamp: {e}, or milliseconds since the epoch"))?;
-    Ok(crate::v2_message::now_ms().saturating_sub(age.as_millis() as u64))
+    Ok(crate::clock::now_ms().saturating_sub(age.as_millis() as u64))
 }
 
 fn print_progress(broker: &str, p: &pb::GroupProgressResponse) {

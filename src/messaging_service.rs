@@ -31,6 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::broker::{Broker, FORWARD_WAIT};
 use crate::broker_service::{FORWARDED, not_delivered};
 use crate::client_route::{self, GroupQueues};
+use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::filter::Filter;
 use crate::pop::{self, MAX_INVISIBLE, Receive};
@@ -40,7 +41,7 @@ use crate::rocketmq::v2::Code;
 use crate::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 use crate::rocketmq::v2::messaging_service_server::{MessagingService as Service, MessagingServiceServer};
 use crate::route_cache::RouteCache;
-use crate::v2_message::{self, Delivery, Refusal, from_duration, now_ms, ok, status};
+use crate::v2_message::{self, Delivery, Refusal, from_duration, ok, status};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 

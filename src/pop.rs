@@ -25,11 +25,11 @@ use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
 
+use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::filter::Filter;
 use crate::receipt;
 use crate::rocketmq::v2::Code;
-use crate::v2_message::now_ms;
 
 /// Most messages one receive returns.
 pub const MAX_BATCH: usize = 64;

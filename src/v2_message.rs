@@ -284,8 +284,6 @@ pub fn md5_hex(body: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02X}")).collect()
 }
 
-pub use crate::clock::now_ms;
-
 pub fn timestamp(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: (ms / 1000) as i64,

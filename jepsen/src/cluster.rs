@@ -98,20 +98,9 @@ struct SharedMount(PathBuf);
 
 impl SharedMount {
     fn new(dir: &Path) -> anyhow::Result<SharedMount> {
-        let d = dir.display().to_string();
-        for args in [
-            ["--bind", d.as_str(), d.as_str()].as_slice(),
-            &["--make-rshared", d.as_str()],
-        ] {
-            let out = Command::new("mount").args(args).output().context("running mount")?;
-            if !out.status.success() {
-                bail!(
-                    "mount {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
-        }
+        let d = dir.to_str().context("the run directory's path is not UTF-8")?;
+        crate::netns::run(&["mount", "--bind", d, d])?;
+        crate::netns::run(&["mount", "--make-rshared", d])?;
         Ok(SharedMount(dir.to_path_buf()))
     }
 }
@@ -355,18 +344,8 @@ impl Cluster {
 
     /// Runs a `raftmq` command from the harness's namespace.
     pub fn raftmq(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new(&self.bin)
-            .args(args)
-            .output()
-            .with_context(|| format!("running {}", self.bin.display()))?;
-        if !out.status.success() {
-            bail!(
-                "`raftmq {}` failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        let bin = self.bin.to_str().context("the raftmq binary's path is not UTF-8")?;
+        crate::netns::run(&[&[bin], args].concat())
     }
 }
 
@@ -392,7 +371,6 @@ pub struct NodeMetrics {
     pub term: u64,
     pub commit_index: u64,
     pub applied_index: u64,
-    pub last_log_index: u64,
 }
 
 /// Scrapes `http://addr/metrics` with a plain HTTP/1.0 request (bounded by
@@ -433,7 +411,6 @@ pub async fn scrape(addr: &str, timeout: Duration) -> Option<NodeMetrics> {
                 m.applied_index = v;
                 seen_applied = true;
             }
-            "raftmq_raft_last_log_index" => m.last_log_index = v,
             "raftmq_raft_role" if v == 1 => {
                 if let Some(role) = name.split("role=\"").nth(1).and_then(|r| r.split('"').next()) {
                     m.role = role.to_string();

@@ -48,7 +48,8 @@ pub struct Network {
     torn_down: bool,
 }
 
-fn run(args: &[&str]) -> anyhow::Result<String> {
+/// Runs a command; its stdout, or an error with its stderr.
+pub fn run(args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()

@@ -228,44 +228,28 @@ impl RaftNode {
     /// acknowledged before it began. A deposed leader that has not noticed
     /// yet fails here instead of answering from stale state.
     pub async fn linearizable(&self) -> Result<(), RaftError> {
-        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
-        let unconfirmed = || RaftError::Unavailable("no quorum confirmed this node's leadership in time".into());
-        loop {
-            let read = self.raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex);
-            let Ok(out) = tokio::time::timeout_at(deadline, read).await else {
-                return Err(unconfirmed());
-            };
-            match out {
-                Ok(_) => return Ok(()),
-                // Leadership is settling (as in `settled`): ask again.
-                Err(OpenRaftError::APIError(LinearizableReadError::ForwardToLeader(f)))
-                    if (f.leader_id.is_none() || f.leader_id == Some(self.id))
-                        && tokio::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                Err(OpenRaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
-                    return Err(RaftError::NotLeader {
-                        leader_id: f.leader_id,
-                        leader: f.leader_node,
-                    });
-                }
-                Err(OpenRaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => return Err(unconfirmed()),
-                Err(OpenRaftError::Fatal(f)) => return Err(RaftError::Fatal(f.to_string())),
-            }
+        // `settled` bounds its retries; this also bounds one call, which
+        // waits for a quorum that may not answer.
+        let read = self.settled(|| self.raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex));
+        match tokio::time::timeout(SETTLE_WAIT, read).await {
+            Ok(out) => out.map(|_| ()),
+            Err(_) => Err(RaftError::Unavailable(
+                "no quorum confirmed this node's leadership in time".into(),
+            )),
         }
     }
 
     /// Runs a leader-only openraft call, retrying while leadership is
     /// settling (see [`RaftNode::write`]).
-    async fn settled<T, F, Fut>(&self, call: F) -> Result<T, RaftError>
+    async fn settled<T, E, F, Fut>(&self, call: F) -> Result<T, RaftError>
     where
+        E: IntoRaftError,
         F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T, WriteError>>,
+        Fut: std::future::Future<Output = Result<T, E>>,
     {
         let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
         loop {
-            match call().await.map_err(map_write_error) {
+            match call().await.map_err(IntoRaftError::into_raft_error) {
                 Err(RaftError::NotLeader { leader_id, .. })
                     if (leader_id.is_none() || leader_id == Some(self.id))
                         && tokio::time::Instant::now() < deadline =>
@@ -452,6 +436,7 @@ impl RaftNode {
 
 /// openraft's error for leader-only calls.
 type WriteError = OpenRaftError<crate::types::TypeConfig, ClientWriteError<crate::types::TypeConfig>>;
+type ReadError = OpenRaftError<crate::types::TypeConfig, LinearizableReadError<crate::types::TypeConfig>>;
 
 /// A wall-clock function as retention's clock (hours in the host's zone).
 struct WallClock(fn() -> u64);
@@ -465,17 +450,39 @@ impl raftmq_store::retention::Clock for WallClock {
     }
 }
 
-fn map_write_error(e: WriteError) -> RaftError {
-    match e {
-        OpenRaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RaftError::NotLeader {
-            leader_id: f.leader_id,
-            leader: f.leader_node,
-        },
-        OpenRaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => RaftError::OutcomeUnknown(format!(
-            "the entry was discarded by a leader change (new leader: {:?})",
-            f.leader_id
-        )),
-        OpenRaftError::APIError(other) => RaftError::Invalid(other.to_string()),
-        OpenRaftError::Fatal(f) => RaftError::Fatal(f.to_string()),
+/// The openraft errors of leader-only calls, as raftmq's.
+trait IntoRaftError {
+    fn into_raft_error(self) -> RaftError;
+}
+
+impl IntoRaftError for WriteError {
+    fn into_raft_error(self) -> RaftError {
+        match self {
+            OpenRaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RaftError::NotLeader {
+                leader_id: f.leader_id,
+                leader: f.leader_node,
+            },
+            OpenRaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => RaftError::OutcomeUnknown(format!(
+                "the entry was discarded by a leader change (new leader: {:?})",
+                f.leader_id
+            )),
+            OpenRaftError::APIError(other) => RaftError::Invalid(other.to_string()),
+            OpenRaftError::Fatal(f) => RaftError::Fatal(f.to_string()),
+        }
+    }
+}
+
+impl IntoRaftError for ReadError {
+    fn into_raft_error(self) -> RaftError {
+        match self {
+            OpenRaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => RaftError::NotLeader {
+                leader_id: f.leader_id,
+                leader: f.leader_node,
+            },
+            OpenRaftError::APIError(LinearizableReadError::QuorumNotEnough(q)) => {
+                RaftError::Unavailable(format!("no quorum confirmed this node's leadership: {q}"))
+            }
+            OpenRaftError::Fatal(f) => RaftError::Fatal(f.to_string()),
+        }
     }
 }
