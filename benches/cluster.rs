@@ -82,6 +82,8 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             long_polling_timeout_ms: 20_000,
             unsafe_ack_before_commit: false,
             clock_offset_file: None,
+            timer: Default::default(),
+            transaction: Default::default(),
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

@@ -86,17 +86,26 @@ impl Broker {
     }
 
     fn channel_for(&self, addr: &NodeAddr) -> Result<Channel, BrokerError> {
+        self.channel_to(&addr.client_addr)
+    }
+
+    fn channel_to(&self, client_addr: &str) -> Result<Channel, BrokerError> {
         let mut peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(match peers.get(&addr.client_addr) {
+        Ok(match peers.get(client_addr) {
             Some(c) => c.clone(),
             None => {
-                let c = crate::channel::endpoint(&addr.client_addr, Duration::from_millis(500))
-                    .map_err(|e| BrokerError::Internal(format!("leader address: {e}")))?
+                let c = crate::channel::endpoint(client_addr, Duration::from_millis(500))
+                    .map_err(|e| BrokerError::Internal(format!("peer address: {e}")))?
                     .connect_lazy();
-                peers.insert(addr.client_addr.clone(), c.clone());
+                peers.insert(client_addr.to_string(), c.clone());
                 c
             }
         })
+    }
+
+    /// A `raftmq.v1.Broker` client of another node of the group.
+    pub fn peer_client(&self, client_addr: &str) -> Result<BrokerClient<Channel>, BrokerError> {
+        Ok(BrokerClient::new(self.channel_to(client_addr)?))
     }
 
     /// This node's client address as clients reach it.

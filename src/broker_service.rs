@@ -300,6 +300,19 @@ impl broker_server::Broker for BrokerService {
         }))
     }
 
+    async fn check_transaction(
+        &self,
+        request: Request<pb::CheckTransactionRequest>,
+    ) -> Result<Response<pb::CheckTransactionResponse>, Status> {
+        let r = request.into_inner();
+        let id = raftmq_raft::held::HeldId {
+            index: r.log_index,
+            ordinal: r.ordinal,
+        };
+        let sent = crate::transactions::check_locally(&self.broker, &r.topic, id).map_err(Status::from)?;
+        Ok(Response::new(pb::CheckTransactionResponse { sent }))
+    }
+
     async fn transfer_leader(
         &self,
         request: Request<pb::TransferLeaderToRequest>,

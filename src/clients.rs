@@ -1,6 +1,6 @@
 //! The clients a node knows: who they are (client id, type, group), when
 //! they last spoke, and their Telemetry stream, on which the broker can
-//! send them commands (transaction check-backs, later).
+//! send them commands (transaction check-backs).
 //!
 //! Soft state, per node: a client heartbeats every node it talks to, so each
 //! node knows the clients that use it. Entries silent for [`CLIENT_TTL`]
@@ -29,6 +29,8 @@ pub struct ClientInfo {
     pub last_seen: Instant,
     /// The client's current Telemetry stream (its id, its sender).
     pub telemetry: Option<(u64, TelemetrySender)>,
+    /// Topics a producer said it publishes to (its settings).
+    pub topics: Vec<String>,
 }
 
 #[derive(Default)]
@@ -56,6 +58,7 @@ impl Clients {
                 language: language.to_string(),
                 last_seen: Instant::now(),
                 telemetry: None,
+                topics: Vec::new(),
             });
             e.last_seen = Instant::now();
             if client_type != v2::ClientType::Unspecified {
@@ -74,6 +77,25 @@ impl Clients {
                 c.telemetry = Some((stream, tx));
             }
         });
+    }
+
+    /// Records the topics a producer publishes to.
+    pub fn publishes(&self, id: &str, topics: Vec<String>) {
+        self.with(|m| {
+            if let Some(c) = m.get_mut(id) {
+                c.topics = topics;
+            }
+        });
+    }
+
+    /// Telemetry streams of live producers of `topic`: (client id, sender).
+    pub fn producers_of(&self, topic: &str) -> Vec<(String, TelemetrySender)> {
+        self.with(|m| {
+            m.iter()
+                .filter(|(_, c)| c.client_type == v2::ClientType::Producer && c.topics.iter().any(|t| t == topic))
+                .filter_map(|(id, c)| c.telemetry.as_ref().map(|(_, tx)| (id.clone(), tx.clone())))
+                .collect()
+        })
     }
 
     /// A client's Telemetry stream ended (unless a newer one replaced it).
@@ -129,5 +151,12 @@ mod tests {
         assert_eq!(c.len(), 2);
         c.remove("a");
         assert!(c.of_group("G").is_empty());
+        // Producers are found by topic, once they have a stream.
+        c.publishes("b", vec!["T".into()]);
+        assert!(c.producers_of("T").is_empty());
+        let (tx, _rx) = mpsc::channel(1);
+        c.attach("b", 1, tx);
+        assert_eq!(c.producers_of("T").len(), 1);
+        assert!(c.producers_of("U").is_empty());
     }
 }

@@ -115,8 +115,86 @@ pub struct BrokerConfig {
     /// `clock`). Unset: the host's clock.
     #[serde(default)]
     pub clock_offset_file: Option<PathBuf>,
+    /// Timed and delay messages (`[timer]`).
+    #[serde(default)]
+    pub timer: TimerConfig,
+    /// Transactional messages (`[transaction]`).
+    #[serde(default)]
+    pub transaction: TransactionConfig,
     #[serde(default)]
     pub store: StoreConfig,
+}
+
+/// Timed and delay messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimerConfig {
+    /// Latest delivery time a producer may ask for, counted from now.
+    pub max_delay_ms: u64,
+    /// The delay of each level, from level 1 (RocketMQ's
+    /// `messageDelayLevel`): numbers with a unit of s, m, h or d.
+    pub delay_levels: String,
+}
+
+impl Default for TimerConfig {
+    fn default() -> Self {
+        TimerConfig {
+            max_delay_ms: 40 * 24 * 3600 * 1000,
+            delay_levels: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".into(),
+        }
+    }
+}
+
+impl TimerConfig {
+    /// The levels' delays in milliseconds (level 1 first).
+    pub fn levels_ms(&self) -> Result<Vec<u64>, ConfigError> {
+        self.delay_levels
+            .split_whitespace()
+            .map(|l| {
+                let (n, unit) = l.split_at(l.find(|c: char| !c.is_ascii_digit()).unwrap_or(l.len()));
+                let scale = match unit {
+                    "s" => 1_000,
+                    "m" => 60_000,
+                    "h" => 3_600_000,
+                    "d" => 86_400_000,
+                    _ => 0,
+                };
+                n.parse::<u64>()
+                    .ok()
+                    .filter(|_| scale > 0)
+                    .map(|n| n.saturating_mul(scale))
+                    .ok_or_else(|| {
+                        ConfigError::Invalid(format!("timer.delay_levels: {l:?} is not a number with s, m, h or d"))
+                    })
+            })
+            .collect()
+    }
+}
+
+/// Transactional messages: when an unresolved half message is checked back
+/// with a producer, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransactionConfig {
+    /// A half message is first checked this long after it was stored
+    /// (RocketMQ's `transactionTimeOut`: 6 s).
+    pub check_immunity_ms: u64,
+    /// Then again every this long (RocketMQ's `transactionCheckInterval`:
+    /// 60 s).
+    pub check_interval_ms: u64,
+    /// After this many checks it is discarded (RocketMQ's
+    /// `transactionCheckMax`: 15).
+    pub max_checks: u32,
+}
+
+impl Default for TransactionConfig {
+    fn default() -> Self {
+        TransactionConfig {
+            check_immunity_ms: 6_000,
+            check_interval_ms: 60_000,
+            max_checks: 15,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,6 +313,15 @@ impl BrokerConfig {
         if self.max_delivery_attempts == 0 || self.auto_create_topic_queues == 0 || self.auto_create_topic_queues > 1024
         {
             return bad("max_delivery_attempts and auto_create_topic_queues (at most 1024) must be positive".into());
+        }
+        let levels = self.timer.levels_ms()?;
+        if levels.is_empty() || levels.contains(&0) || self.timer.max_delay_ms == 0 {
+            return bad(
+                "timer.delay_levels needs at least one positive delay, timer.max_delay_ms must be positive".into(),
+            );
+        }
+        if self.transaction.check_interval_ms == 0 || self.transaction.max_checks == 0 {
+            return bad("transaction.check_interval_ms and transaction.max_checks must be positive".into());
         }
         if self.default_invisible_ms == 0 || self.long_polling_timeout_ms == 0 || self.min_invisible_ms == 0 {
             return bad("default_invisible_ms, min_invisible_ms and long_polling_timeout_ms must be positive".into());

@@ -26,6 +26,9 @@
 //! | [`client_settings`]   | the settings answered on a client's Telemetry stream             |
 //! | [`clients`]           | the v2 clients a node knows (heartbeats, Telemetry streams)      |
 //! | [`pop`]               | pop consumption at the leader: receive, long polling, ack, DLQ    |
+//! | [`held`]              | storing timed and half messages, releasing them into their topics |
+//! | [`timers`]            | timed and delay messages: release when due, recall                |
+//! | [`transactions`]      | transactional messages: commit, rollback, check-backs             |
 //! | [`progress`]          | consumer groups' offsets, lag and in-flight counts per queue      |
 //! | [`receipt`]           | receipt handles                                                   |
 //! | [`filter`]            | a subscription's filter: tags or SQL92, hash pre-check then match |
@@ -76,6 +79,7 @@ pub mod error;
 pub mod filter;
 pub mod group_cli;
 pub mod h2_authority;
+pub mod held;
 pub mod inspect;
 pub mod message_cli;
 pub mod messaging_service;
@@ -90,6 +94,8 @@ pub mod registration;
 pub mod route_cache;
 pub mod server;
 pub mod sql_filter;
+pub mod timers;
+pub mod transactions;
 pub mod v2_message;
 
 pub mod pb {

@@ -34,6 +34,7 @@ use crate::client_route::{self, GroupQueues};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::filter::Filter;
+use crate::held::ToHold;
 use crate::pop::{self, MAX_INVISIBLE, Receive};
 use crate::receipt;
 use crate::rocketmq::v2;
@@ -41,7 +42,7 @@ use crate::rocketmq::v2::Code;
 use crate::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 use crate::rocketmq::v2::messaging_service_server::{MessagingService as Service, MessagingServiceServer};
 use crate::route_cache::RouteCache;
-use crate::v2_message::{self, Delivery, Refusal, from_duration, ok, status};
+use crate::v2_message::{self, Delivery, Hold, Limits, Refusal, from_duration, ok, status};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -59,15 +60,20 @@ pub struct MessagingService {
     routes: Option<RouteCache>,
     /// Round-robin queue choice for sends that name no message group.
     next_queue: AtomicU32,
+    /// The configured delay levels, in milliseconds.
+    delay_levels_ms: Vec<u64>,
 }
 
 impl MessagingService {
     pub fn new(broker: Arc<Broker>) -> MessagingServiceServer<MessagingService> {
         let routes = (!broker.cfg.namesrv_addrs.is_empty())
             .then(|| RouteCache::new(&broker.cfg.namesrv_addrs, crate::route_cache::REFRESH));
+        // Validated with the config.
+        let delay_levels_ms = broker.cfg.timer.levels_ms().unwrap_or_default();
         MessagingServiceServer::new(MessagingService {
             broker,
             routes,
+            delay_levels_ms,
             next_queue: AtomicU32::new(rand::random()),
         })
         .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
@@ -260,7 +266,16 @@ impl MessagingService {
         // A request's messages without a message group share one queue.
         let rr = self.next_queue.fetch_add(1, Ordering::Relaxed);
         let mut batches: BTreeMap<(String, u32), Vec<(usize, Message)>> = BTreeMap::new();
+        // Timed and half messages, stored apart ([`crate::held`]).
+        let mut timed: Vec<(usize, ToHold)> = Vec::new();
+        let mut halves: Vec<(usize, ToHold)> = Vec::new();
         let mut ids = Vec::with_capacity(n);
+        let limits = Limits {
+            max_body: self.broker.cfg.max_body_bytes,
+            now_ms: now_ms(),
+            max_delay_ms: self.broker.cfg.timer.max_delay_ms,
+            delay_levels_ms: &self.delay_levels_ms,
+        };
         for (i, m) in req.messages.into_iter().enumerate() {
             let name = topic_name(m.topic.as_ref())?;
             let topic = self
@@ -269,7 +284,7 @@ impl MessagingService {
                 .sm
                 .topic(&name)
                 .ok_or_else(|| BrokerError::TopicNotFound(name.clone()))?;
-            let out = v2_message::incoming(m, &topic, self.broker.cfg.max_body_bytes)
+            let out = v2_message::incoming(m, &topic, &limits)
                 .map_err(|Refusal { code, message }| BrokerError::Refused(code, message))?;
             if !topic.writable() || topic.write_queues == 0 {
                 return Err(BrokerError::Refused(
@@ -288,7 +303,17 @@ impl MessagingService {
                 None => rr % topic.write_queues,
             };
             ids.push(out.message.message_id.clone());
-            batches.entry((name, queue)).or_default().push((i, out.message));
+            let held = |due_ms| ToHold {
+                topic: name.clone(),
+                queue_id: queue,
+                message: out.message.clone(),
+                due_ms,
+            };
+            match out.hold {
+                Hold::None => batches.entry((name, queue)).or_default().push((i, out.message)),
+                Hold::Until(due) => timed.push((i, held(Some(due)))),
+                Hold::Transaction => halves.push((i, held(None))),
+            }
         }
         let sends = batches.into_iter().map(|((topic, queue), msgs)| async move {
             let (idx, msgs): (Vec<usize>, Vec<Message>) = msgs.into_iter().unzip();
@@ -296,6 +321,11 @@ impl MessagingService {
             (idx, r)
         });
         let mut entries: Vec<Option<v2::SendResultEntry>> = vec![None; n];
+        let failed = |id: &str, e: &BrokerError| v2::SendResultEntry {
+            status: Some(e.v2_status()),
+            message_id: id.to_string(),
+            ..Default::default()
+        };
         for (idx, r) in futures::future::join_all(sends).await {
             for (k, i) in idx.iter().enumerate() {
                 entries[*i] = Some(match &r {
@@ -306,11 +336,42 @@ impl MessagingService {
                         offset: (first + k as u64) as i64,
                         recall_handle: String::new(),
                     },
-                    Err(e) => v2::SendResultEntry {
-                        status: Some(e.v2_status()),
-                        message_id: ids[*i].clone(),
-                        ..Default::default()
-                    },
+                    Err(e) => failed(&ids[*i], e),
+                });
+            }
+        }
+        let max_record = self.broker.cfg.store.max_record_size as usize;
+        for (system_topic, held) in [
+            (raftmq_raft::held::TIMER_TOPIC, timed),
+            (raftmq_raft::held::HALF_TOPIC, halves),
+        ] {
+            if held.is_empty() {
+                continue;
+            }
+            let (idx, held): (Vec<usize>, Vec<ToHold>) = held.into_iter().unzip();
+            let dues: Vec<Option<u64>> = held.iter().map(|h| h.due_ms).collect();
+            let r = crate::held::store(&self.broker.node, max_record, system_topic, held).await;
+            for (k, i) in idx.iter().enumerate() {
+                entries[*i] = Some(match &r {
+                    Ok(held_ids) => {
+                        let id = held_ids[k];
+                        let (transaction_id, recall_handle) = match dues[k] {
+                            Some(due_ms) => (
+                                String::new(),
+                                crate::timers::recall_handle(&raftmq_raft::held::TimerKey { due_ms, id }),
+                            ),
+                            None => (crate::transactions::transaction_id(id), String::new()),
+                        };
+                        v2::SendResultEntry {
+                            status: Some(ok()),
+                            message_id: ids[*i].clone(),
+                            transaction_id,
+                            // Not in its queue yet: no queue offset.
+                            offset: 0,
+                            recall_handle,
+                        }
+                    }
+                    Err(e) => failed(&ids[*i], e),
                 });
             }
         }
@@ -319,6 +380,40 @@ impl MessagingService {
         Ok(v2::SendMessageResponse {
             status: Some(overall(&statuses)),
             entries,
+        })
+    }
+
+    /// Ends a transaction, on the leader.
+    async fn end_transaction_local(
+        &self,
+        req: v2::EndTransactionRequest,
+    ) -> Result<v2::EndTransactionResponse, BrokerError> {
+        let topic = topic_name(req.topic.as_ref())?;
+        let resolution = match v2::TransactionResolution::try_from(req.resolution) {
+            Ok(v2::TransactionResolution::Commit) => crate::transactions::Resolution::Commit,
+            Ok(v2::TransactionResolution::Rollback) => crate::transactions::Resolution::Rollback,
+            _ => crate::transactions::Resolution::Unknown,
+        };
+        let from_check = req.source == v2::TransactionSource::SourceServerCheck as i32;
+        crate::transactions::end(
+            &self.broker,
+            &topic,
+            &req.message_id,
+            &req.transaction_id,
+            resolution,
+            from_check,
+        )
+        .await?;
+        Ok(v2::EndTransactionResponse { status: Some(ok()) })
+    }
+
+    /// Recalls a timed message, on the leader.
+    async fn recall_local(&self, req: v2::RecallMessageRequest) -> Result<v2::RecallMessageResponse, BrokerError> {
+        let topic = topic_name(req.topic.as_ref())?;
+        let message_id = crate::timers::recall(&self.broker, &topic, &req.recall_handle).await?;
+        Ok(v2::RecallMessageResponse {
+            status: Some(ok()),
+            message_id,
         })
     }
 
@@ -935,13 +1030,20 @@ impl Service for MessagingService {
 
     async fn end_transaction(
         &self,
-        _request: Request<v2::EndTransactionRequest>,
+        request: Request<v2::EndTransactionRequest>,
     ) -> Result<Response<v2::EndTransactionResponse>, Status> {
-        Ok(Response::new(v2::EndTransactionResponse {
-            status: Some(status(
-                Code::Unsupported,
-                "transactional messages are not supported yet",
-            )),
+        let out = v2_on_leader!(
+            self,
+            request,
+            req,
+            self.end_transaction_local(req).await,
+            end_transaction
+        );
+        Ok(Response::new(match out {
+            Ok(r) => r,
+            Err(e) => v2::EndTransactionResponse {
+                status: Some(e.v2_status()),
+            },
         }))
     }
 
@@ -969,7 +1071,8 @@ impl Service for MessagingService {
                     }
                 };
                 let Some(v2::telemetry_command::Command::Settings(s)) = cmd.command else {
-                    // Answers to server commands; none are sent yet.
+                    // Answers to server commands (a check-back is answered
+                    // with EndTransaction instead).
                     continue;
                 };
                 let client_type = s
@@ -980,9 +1083,18 @@ impl Service for MessagingService {
                     Some(v2::settings::PubSub::Subscription(sub)) => sub.group.as_ref().map(|g| g.name.clone()),
                     _ => None,
                 };
+                let published: Option<Vec<String>> = match &s.pub_sub {
+                    Some(v2::settings::PubSub::Publishing(p)) => {
+                        Some(p.topics.iter().map(|t| t.name.clone()).collect())
+                    }
+                    _ => None,
+                };
                 let config = group.as_deref().map(|g| broker.popper.group_or_default(g));
                 let reply = crate::client_settings::effective(&s, &broker.cfg, config.as_ref());
                 broker.clients.seen(&id, client_type, group, &language);
+                if let Some(topics) = published {
+                    broker.clients.publishes(&id, topics);
+                }
                 broker.clients.attach(&id, stream_id, tx.clone());
                 let cmd = v2::TelemetryCommand {
                     status: Some(ok()),
@@ -1053,14 +1165,15 @@ impl Service for MessagingService {
 
     async fn recall_message(
         &self,
-        _request: Request<v2::RecallMessageRequest>,
+        request: Request<v2::RecallMessageRequest>,
     ) -> Result<Response<v2::RecallMessageResponse>, Status> {
-        Ok(Response::new(v2::RecallMessageResponse {
-            status: Some(status(
-                Code::Unsupported,
-                "recalling timed messages is not supported yet",
-            )),
-            message_id: String::new(),
+        let out = v2_on_leader!(self, request, req, self.recall_local(req).await, recall_message);
+        Ok(Response::new(match out {
+            Ok(r) => r,
+            Err(e) => v2::RecallMessageResponse {
+                status: Some(e.v2_status()),
+                message_id: String::new(),
+            },
         }))
     }
 

@@ -49,6 +49,17 @@ pub struct BrokerMetrics {
     /// Seconds a receive that delivered messages took (long polling included).
     pub receive_latency: Histogram,
     pub leader_changes: Counter,
+    /// Timed messages this node released into their topics as leader.
+    pub timers_released: Counter,
+    /// Transactions this node ended as leader: commit, rollback, discarded.
+    pub transactions: Family<OutcomeLabels, Counter>,
+    /// Transaction check-backs this node sent to producers.
+    pub transaction_checks: Counter,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
 }
 
 impl BrokerMetrics {
@@ -67,6 +78,9 @@ impl BrokerMetrics {
             send_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             receive_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             leader_changes: Counter::default(),
+            timers_released: Counter::default(),
+            transactions: Family::default(),
+            transaction_checks: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("messages_sent", "Messages stored, per topic", m.sent_messages.clone());
@@ -85,6 +99,21 @@ impl BrokerMetrics {
             "leader_changes",
             "Times this node saw the group's leader change",
             m.leader_changes.clone(),
+        );
+        registry.register(
+            "timers_released",
+            "Timed messages released into their topics by this node as leader",
+            m.timers_released.clone(),
+        );
+        registry.register(
+            "transactions_ended",
+            "Transactions ended by this node as leader, per outcome",
+            m.transactions.clone(),
+        );
+        registry.register(
+            "transaction_checks",
+            "Transaction check-backs sent to producers by this node",
+            m.transaction_checks.clone(),
         );
         registry.register_collector(Box::new(NodeCollector { node }));
         BrokerMetrics { registry, ..m }
@@ -168,6 +197,19 @@ impl prometheus_client::collector::Collector for NodeCollector {
             "raft_applied_index",
             "Highest index applied",
             m.last_applied.map_or(0, |l| l.index) as i64,
+        )?;
+        let (timers, halves) = node.sm.with_metadata(|m| (m.held.timers.len(), m.held.halves.len()));
+        gauge(
+            &mut e,
+            "timers_pending",
+            "Timed messages stored and not yet due (or not yet released)",
+            timers as i64,
+        )?;
+        gauge(
+            &mut e,
+            "transactions_pending",
+            "Half messages neither committed nor rolled back",
+            halves as i64,
         )?;
         let log = node.store.commitlog();
         gauge(

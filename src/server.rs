@@ -47,6 +47,9 @@ impl RunningBroker {
         // Official clients may send a multi-address :authority (see h2_authority).
         let server = raftmq_raft::serve::spawn_wrapped(listener, router, stopped, "client", LenientAuthority::new);
         let registration = tokio::spawn(crate::registration::run(broker.clone(), stop.subscribe()));
+        // Leader duties; the tasks end with `stop`.
+        crate::timers::spawn(broker.clone(), stop.subscribe());
+        crate::transactions::spawn(broker.clone(), stop.subscribe());
         let metrics_addr = match &broker.cfg.metrics_listen {
             Some(addr) => {
                 let l = tokio::net::TcpListener::bind(addr)

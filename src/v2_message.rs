@@ -64,12 +64,40 @@ pub fn ok() -> v2::Status {
     status(Code::Ok, "OK")
 }
 
+/// User property naming a delay level (RocketMQ's `DELAY`), for producers
+/// that use levels rather than a delivery time.
+pub const P_DELAY_LEVEL: &str = "DELAY";
+
 /// A validated message to send: where it goes and what is stored.
 #[derive(Debug)]
 pub struct Outgoing {
     pub topic: String,
     pub queue_id: u32,
     pub message: Message,
+    pub hold: Hold,
+}
+
+/// Whether a message is held back from its consumers ([`raftmq_raft::held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Visible at once.
+    None,
+    /// A timed message, due at this time (ms since the epoch).
+    Until(u64),
+    /// A transaction's half message: visible once committed.
+    Transaction,
+}
+
+/// What a send is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits<'a> {
+    pub max_body: usize,
+    /// The leader's clock.
+    pub now_ms: u64,
+    /// Latest delivery time, from now.
+    pub max_delay_ms: u64,
+    /// Delay of each level, level 1 first.
+    pub delay_levels_ms: &'a [u64],
 }
 
 fn bad(code: Code, m: impl Into<String>) -> Refusal {
@@ -81,7 +109,8 @@ fn is_clean(s: &str) -> bool {
 }
 
 /// Validates a producer's message against its topic and the body limit.
-pub fn incoming(m: v2::Message, topic: &TopicConfig, max_body: usize) -> Result<Outgoing, Refusal> {
+pub fn incoming(m: v2::Message, topic: &TopicConfig, limits: &Limits<'_>) -> Result<Outgoing, Refusal> {
+    let max_body = limits.max_body;
     let sp = m.system_properties.unwrap_or_default();
     let name = m.topic.map(|t| t.name).unwrap_or_default();
     if sp.message_id.is_empty() || sp.message_id.len() > MAX_ID_LEN || !is_clean(&sp.message_id) {
@@ -154,16 +183,27 @@ pub fn incoming(m: v2::Message, topic: &TopicConfig, max_body: usize) -> Result<
             ));
         }
         v2::MessageType::Normal | v2::MessageType::Fifo => {}
+        v2::MessageType::Delay if sp.delivery_timestamp.is_none() => {
+            return Err(bad(
+                Code::MessagePropertyConflictWithType,
+                "a DELAY message needs a delivery timestamp",
+            ));
+        }
+        v2::MessageType::Delay | v2::MessageType::Transaction if !group.is_empty() => {
+            return Err(bad(
+                Code::MessagePropertyConflictWithType,
+                format!("a {} message has no message group", kind.as_str_name()),
+            ));
+        }
+        v2::MessageType::Delay | v2::MessageType::Transaction => {}
         other => {
             return Err(bad(
                 Code::Unsupported,
-                format!("{} messages are not supported yet", other.as_str_name()),
+                format!("{} messages are not supported", other.as_str_name()),
             ));
         }
     }
-    if sp.delivery_timestamp.is_some() {
-        return Err(bad(Code::Unsupported, "delay and timed messages are not supported yet"));
-    }
+    let hold = hold_of(sp.delivery_timestamp, kind, &m.user_properties, limits)?;
     let accepted = accepted_types(topic.message_type);
     if !accepted.contains(&kind) {
         return Err(bad(
@@ -202,6 +242,64 @@ pub fn incoming(m: v2::Message, topic: &TopicConfig, max_body: usize) -> Result<
         topic: name,
         queue_id,
         message,
+        hold,
+    })
+}
+
+/// When a message becomes visible: a delivery time (due now or earlier
+/// means at once), a delay level, or a transaction's commit.
+fn hold_of(
+    delivery: Option<prost_types::Timestamp>,
+    kind: v2::MessageType,
+    user: &std::collections::HashMap<String, String>,
+    limits: &Limits<'_>,
+) -> Result<Hold, Refusal> {
+    if kind == v2::MessageType::Transaction {
+        if delivery.is_some() {
+            return Err(bad(
+                Code::MessagePropertyConflictWithType,
+                "a TRANSACTION message has no delivery timestamp",
+            ));
+        }
+        return Ok(Hold::Transaction);
+    }
+    let due = match (&delivery, user.get(P_DELAY_LEVEL)) {
+        (Some(t), _) => {
+            if t.seconds < 0 || !(0..1_000_000_000).contains(&t.nanos) {
+                return Err(bad(Code::IllegalDeliveryTime, "the delivery timestamp is out of range"));
+            }
+            millis_of(t)
+        }
+        (None, Some(level)) => {
+            let level: usize = level.trim().parse().map_err(|_| {
+                bad(
+                    Code::IllegalMessagePropertyKey,
+                    format!("delay level {level:?} is not a number"),
+                )
+            })?;
+            if level == 0 {
+                return Ok(Hold::None);
+            }
+            let levels = limits.delay_levels_ms;
+            // RocketMQ clamps a level past the last one to the last one.
+            let delay = levels.get(level.min(levels.len()) - 1).copied().unwrap_or(0);
+            limits.now_ms.saturating_add(delay)
+        }
+        (None, None) => return Ok(Hold::None),
+    };
+    if due > limits.now_ms.saturating_add(limits.max_delay_ms) {
+        return Err(bad(
+            Code::IllegalDeliveryTime,
+            format!(
+                "the delivery time is more than {} s away (the broker's timer.max_delay_ms)",
+                limits.max_delay_ms / 1000
+            ),
+        ));
+    }
+    Ok(if due <= limits.now_ms {
+        Hold::None
+    } else {
+        Hold::Until(due)
     })
 }
 
@@ -261,6 +359,7 @@ pub fn outgoing(v: &MessageView<'_>, d: &Delivery<'_>) -> v2::Message {
             }
             P_BORN_HOST => sp.born_host = val.to_string(),
             P_TRACE => sp.trace_context = Some(val.to_string()),
+            raftmq_raft::held::P_DELIVER_AT => sp.delivery_timestamp = val.parse().ok().map(timestamp),
             k if k.starts_with(RESERVED_PREFIX) => {}
             k => {
                 user.insert(k.to_string(), val.to_string());
@@ -328,6 +427,17 @@ mod tests {
         }
     }
 
+    const LEVELS: [u64; 3] = [1_000, 5_000, 10_000];
+
+    fn limits(max_body: usize) -> Limits<'static> {
+        Limits {
+            max_body,
+            now_ms: 1_000_000,
+            max_delay_ms: 40 * 86_400_000,
+            delay_levels_ms: &LEVELS,
+        }
+    }
+
     fn msg(group: Option<&str>) -> v2::Message {
         v2::Message {
             topic: Some(v2::Resource {
@@ -350,7 +460,7 @@ mod tests {
 
     #[test]
     fn round_trip_keeps_system_properties_apart() {
-        let out = incoming(msg(Some("g1")), &topic(TopicMessageType::Fifo), 100).unwrap();
+        let out = incoming(msg(Some("g1")), &topic(TopicMessageType::Fifo), &limits(100)).unwrap();
         assert_eq!((out.topic.as_str(), out.queue_id), ("T", 2));
         let mut bytes = Vec::new();
         out.message.encode(99, &mut bytes);
@@ -377,7 +487,7 @@ mod tests {
     #[test]
     fn each_refusal_has_its_code() {
         let t = topic(TopicMessageType::Normal);
-        let code = |m: v2::Message, max: usize| incoming(m, &t, max).unwrap_err().code;
+        let code = |m: v2::Message, max: usize| incoming(m, &t, &limits(max)).unwrap_err().code;
         assert_eq!(code(msg(Some("g")), 100), Code::MessagePropertyConflictWithType);
         assert_eq!(code(msg(None), 3), Code::MessageBodyTooLarge);
         let mut m = msg(None);
@@ -396,7 +506,45 @@ mod tests {
         m.user_properties.insert("__rmq.group".into(), "x".into());
         assert_eq!(code(m, 100), Code::IllegalMessagePropertyKey);
         let mut m = msg(None);
-        m.system_properties.as_mut().unwrap().delivery_timestamp = Some(timestamp(5));
-        assert_eq!(code(m, 100), Code::Unsupported);
+        m.system_properties.as_mut().unwrap().message_type = v2::MessageType::Delay as i32;
+        assert_eq!(code(m, 100), Code::MessagePropertyConflictWithType);
+        let mut m = msg(None);
+        let sp = m.system_properties.as_mut().unwrap();
+        sp.message_type = v2::MessageType::Delay as i32;
+        sp.delivery_timestamp = Some(timestamp(1_000_000 + 41 * 86_400_000));
+        let delay = topic(TopicMessageType::Delay);
+        assert_eq!(
+            incoming(m, &delay, &limits(100)).unwrap_err().code,
+            Code::IllegalDeliveryTime
+        );
+    }
+
+    #[test]
+    fn delivery_times_and_levels_hold_a_message() {
+        let delay = topic(TopicMessageType::Delay);
+        let timed = |ms: u64| {
+            let mut m = msg(None);
+            let sp = m.system_properties.as_mut().unwrap();
+            sp.message_type = v2::MessageType::Delay as i32;
+            sp.delivery_timestamp = Some(timestamp(ms));
+            incoming(m, &delay, &limits(100)).unwrap().hold
+        };
+        assert_eq!(timed(1_002_500), Hold::Until(1_002_500));
+        // Due already: visible at once.
+        assert_eq!(timed(999_000), Hold::None);
+        let level = |l: &str| {
+            let mut m = msg(None);
+            m.user_properties.insert(P_DELAY_LEVEL.into(), l.into());
+            incoming(m, &topic(TopicMessageType::Normal), &limits(100)).map(|o| o.hold)
+        };
+        assert_eq!(level("2"), Ok(Hold::Until(1_005_000)));
+        // Past the last level: the last level, as RocketMQ.
+        assert_eq!(level("99"), Ok(Hold::Until(1_010_000)));
+        assert_eq!(level("0"), Ok(Hold::None));
+        assert_eq!(level("x").unwrap_err().code, Code::IllegalMessagePropertyKey);
+        let mut m = msg(None);
+        m.system_properties.as_mut().unwrap().message_type = v2::MessageType::Transaction as i32;
+        let txn = topic(TopicMessageType::Transaction);
+        assert_eq!(incoming(m, &txn, &limits(100)).unwrap().hold, Hold::Transaction);
     }
 }

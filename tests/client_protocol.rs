@@ -216,7 +216,8 @@ async fn status_codes_and_malformed_input() {
         (msg("T", "", b"x"), Code::IllegalMessageId),
         (reserved, Code::IllegalMessagePropertyKey),
         (fifo_to_normal, Code::MessagePropertyConflictWithType),
-        (timed, Code::Unsupported),
+        // 2096: past the broker's 40-day limit.
+        (timed, Code::IllegalDeliveryTime),
         (msg("Nope", "id-n", b"x"), Code::TopicNotFound),
         (msg("bad topic", "id-n", b"x"), Code::IllegalTopic),
         (msg("F", "id-nogroup", b"x"), Code::MessagePropertyConflictWithType),
@@ -230,6 +231,36 @@ async fn status_codes_and_malformed_input() {
     let r = send(&mut c, vec![]).await;
     assert_eq!(code(&r.status), Code::BadRequest);
     assert!(!r.entries.is_empty(), "clients index the first entry");
+
+    // Ending an unknown transaction, recalling with a bad handle.
+    let topic = Some(v2::Resource {
+        resource_namespace: String::new(),
+        name: "T".into(),
+    });
+    let r = c
+        .end_transaction(v2::EndTransactionRequest {
+            topic: topic.clone(),
+            message_id: "id-1".into(),
+            transaction_id: "x1.999999.0".into(),
+            resolution: v2::TransactionResolution::Commit as i32,
+            source: v2::TransactionSource::SourceClient as i32,
+            trace_context: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code(&r.status), Code::InvalidTransactionId);
+    for (handle, want) in [("garbage", Code::BadRequest), ("t1.1.999999.0", Code::NotFound)] {
+        let r = c
+            .recall_message(v2::RecallMessageRequest {
+                topic: topic.clone(),
+                recall_handle: handle.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(code(&r.status), want, "{handle}");
+    }
 
     // Receives: bad names, filters, durations.
     let (s, _) = receive(&mut c, "bad group!", "T", tags("*"), 10, 10).await;

@@ -62,9 +62,10 @@ impl Env {
     async fn start() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let namesrv = Namesrv::start(dir.path(), "namesrv", 120_000);
+        // Transactions are checked back after 2 s, then every 2 s.
         let extra = format!(
             "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 500\nmax_delivery_attempts = 3\n\
-             min_invisible_ms = 1000\n",
+             min_invisible_ms = 1000\n[transaction]\ncheck_immunity_ms = 2000\ncheck_interval_ms = 2000\n",
             namesrv.addr
         );
         let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
@@ -197,4 +198,46 @@ async fn acknowledged_messages_survive_a_leader_crash() {
     let all = env.endpoints();
     let out = env.scenario("failover", &all, "Failover", "Survivor").await;
     eprintln!("{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn timed_messages_recall_delay_levels_and_transactions() {
+    let mut env = Env::start().await;
+    let typed = |name: &str, kind: &str| {
+        vec![
+            "topic".to_string(),
+            "create".into(),
+            "--topic".into(),
+            name.into(),
+            "--queues".into(),
+            "4".into(),
+            "--message-type".into(),
+            kind.into(),
+        ]
+    };
+    let run = |env: &Env, args: Vec<String>| env.admin(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    run(&env, typed("Timed", "DELAY"));
+    run(&env, typed("TimedLevels", "NORMAL"));
+    run(&env, typed("Txn", "TRANSACTION"));
+    let all = env.endpoints();
+    env.scenario("timed", &all, "Timed", "TimedGroup").await;
+    env.scenario("transactions", &all, "Txn", "TxnGroup").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn timed_messages_survive_a_leader_crash() {
+    let mut env = Env::start().await;
+    env.admin(&[
+        "topic",
+        "create",
+        "--topic",
+        "TimedFailover",
+        "--queues",
+        "4",
+        "--message-type",
+        "DELAY",
+    ]);
+    let all = env.endpoints();
+    env.scenario("timed-failover", &all, "TimedFailover", "TimedSurvivor")
+        .await;
 }

@@ -42,6 +42,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::consumption::{GroupConfig, PopPlan, Popped, Receipt};
+use crate::held::{HeldId, TimerKey};
 use crate::message::{MalformedMessage, Message, MessageView};
 
 pub const KIND_SEND: u8 = 1;
@@ -164,6 +165,22 @@ pub enum AdminCommand {
         topic: String,
         queue_id: u32,
         offset: u64,
+    },
+    /// Timed messages leave the timer set ([`crate::held`]): all of them, or
+    /// none if one is no longer pending. As the guard of a send it delivers
+    /// them; alone it drops them (a recall, or a topic that is gone).
+    ReleaseTimers {
+        keys: Vec<TimerKey>,
+    },
+    /// A half message is resolved: committed (as the guard of the send
+    /// that makes it visible), rolled back, or given up after its checks.
+    EndTransaction {
+        id: HeldId,
+    },
+    /// Check-backs were sent for these half messages at `at_ms`.
+    TransactionsChecked {
+        ids: Vec<HeldId>,
+        at_ms: u64,
     },
 }
 

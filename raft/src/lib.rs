@@ -9,6 +9,7 @@
 //! | [`message`]       | the stored layout of one message                                   |
 //! | [`command`]       | state-machine commands (a Raft entry's data) and their responses    |
 //! | [`consumption`]   | pop-style consumption state: in-flight deliveries, acks, redelivery |
+//! | [`held`]          | timed and half messages held until due or resolved                  |
 //! | [`entry`]         | entries as CommitLog records and as wire messages                  |
 //! | `raft_meta`       | vote, purged and committed log ids beside the log                   |
 //! | [`log_store`]     | openraft's log storage on the CommitLog, with the log index          |
@@ -36,6 +37,7 @@ pub mod command;
 pub mod consumption;
 pub mod entry;
 pub mod error;
+pub mod held;
 pub mod log_store;
 pub mod message;
 pub mod network;

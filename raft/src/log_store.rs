@@ -191,6 +191,15 @@ impl LogStore {
         (index.min_offset().max(after_purge), index.max_offset())
     }
 
+    /// The command of entry `index` (none for blank and membership
+    /// entries).
+    pub fn command_at(&self, index: u64) -> io::Result<Option<crate::command::Command>> {
+        Ok(match self.read_entry(index)?.payload {
+            openraft::EntryPayload::Normal(cmd) => Some(cmd),
+            _ => None,
+        })
+    }
+
     fn read_entry(&self, i: u64) -> io::Result<Entry> {
         let unit = self.locate(i)?;
         let record = self.inner.store.commitlog().read(unit.phys).map_err(io_err)?;

@@ -376,6 +376,13 @@ impl RaftNode {
             Some(s) if s.index + 1 < end => self.log.locate(s.index + 1)?.phys,
             Some(_) => self.store.commitlog().max_offset(),
         };
+        // Nor anything from the oldest held message on: it is read back
+        // from the log when it is released.
+        let held = self.sm.with_metadata(|m| m.held.lowest_index());
+        let limit = match held {
+            Some(i) if i >= self.log.bounds().0 => limit.min(self.log.locate(i)?.phys),
+            _ => limit,
+        };
         let plan = self.store.plan_retention(clock, probe, limit)?;
         if let Some(before) = plan.delete_before
             && let Some(upto) = self.log.last_entry_ending_by(before)?

@@ -42,6 +42,7 @@ use tokio::sync::watch;
 
 use crate::command::{AdminCommand, BatchOutcome, BatchView, Decoded, Response, TopicConfig};
 use crate::consumption::{self, Consumption, GroupConfig};
+use crate::held::{self, Held, HeldId};
 use crate::log_store::{LogStore, io_err};
 use crate::message::tag_hash;
 use crate::types::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
@@ -61,6 +62,9 @@ pub struct Metadata {
     /// Pop-style consumption state ([`crate::consumption`]).
     #[serde(default)]
     pub consumption: Consumption,
+    /// Timed and half messages not yet released ([`crate::held`]).
+    #[serde(default)]
+    pub held: Held,
 }
 
 /// What a snapshot holds.
@@ -215,6 +219,7 @@ impl StateMachine {
                     for b in &batches {
                         out.push(apply_batch(&st.metadata, store, b, payload_phys, redo)?);
                     }
+                    hold(&mut st.metadata.held, entry.log_id.index, &batches, &out);
                     Response::Sent(out)
                 }
                 Ok(Decoded::GuardedSend(guard, batches)) => {
@@ -244,6 +249,7 @@ impl StateMachine {
                             )
                         });
                     }
+                    hold(&mut st.metadata.held, entry.log_id.index, &batches, &out);
                     Response::Sent(out)
                 }
             },
@@ -413,6 +419,21 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
             queue_id,
             offset,
         } => consumption::apply_reset(&mut md.consumption, &group, &topic, queue_id, offset),
+        AdminCommand::ReleaseTimers { keys } => {
+            if !md.held.release_timers(&keys) {
+                return Response::Rejected("a timed message is no longer pending".into());
+            }
+        }
+        AdminCommand::EndTransaction { id } => {
+            if !md.held.end_transaction(id) {
+                return Response::Rejected("the transaction is not pending (resolved already?)".into());
+            }
+        }
+        AdminCommand::TransactionsChecked { ids, at_ms } => {
+            for id in ids {
+                md.held.checked(id, at_ms);
+            }
+        }
         AdminCommand::CommitOffset {
             group,
             topic,
@@ -428,6 +449,28 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
         }
     }
     Response::Done
+}
+
+/// Records the messages an applied send stored in a system topic of held
+/// messages. Their ids count messages across all of the entry's batches.
+fn hold(h: &mut Held, index: u64, batches: &[BatchView<'_>], outcomes: &[BatchOutcome]) {
+    let mut ordinal = 0u32;
+    for (b, o) in batches.iter().zip(outcomes) {
+        let held_topic = b.topic == held::TIMER_TOPIC || b.topic == held::HALF_TOPIC;
+        if held_topic && matches!(o, BatchOutcome::Appended { .. }) {
+            for (k, (_, _, view)) in b.messages.iter().enumerate() {
+                h.on_applied(
+                    b.topic,
+                    HeldId {
+                        index,
+                        ordinal: ordinal + k as u32,
+                    },
+                    view,
+                );
+            }
+        }
+        ordinal = ordinal.saturating_add(b.messages.len() as u32);
+    }
 }
 
 /// Why the state machine refuses a batch, if it does.

@@ -26,6 +26,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 from rocketmq.grpc_protocol import FilterType
 
@@ -346,9 +348,168 @@ def sql92(args):
         bad.shutdown()
 
 
+def timed_message(topic, body, due_s):
+    m = message(topic, body)
+    # This client version takes whole seconds here (it copies the value
+    # into Timestamp.seconds), whatever its docstring says.
+    m.delivery_timestamp = due_s
+    return m
+
+
+def receive_timed(consumer, want, deadline_s):
+    """Receives until every body in `want` arrived; returns {body: [arrival
+    times]} of everything received, duplicates included."""
+    arrivals = {}
+    end = time.time() + deadline_s
+    while not want <= set(arrivals) and time.time() < end:
+        for m in consumer.receive(32, 15):
+            arrivals.setdefault(m.body.decode(), []).append((time.time(), m))
+            consumer.ack(m)
+    return arrivals
+
+
+def check_on_time(arrivals, dues, late_s):
+    for body, due in dues.items():
+        got = arrivals.get(body, [])
+        check(len(got) == 1, "%s arrived exactly once (%d times)" % (body, len(got)))
+        at, m = got[0]
+        check(at >= due, "%s arrived no earlier than due (%.3f s after)" % (body, at - due))
+        if late_s is not None:
+            check(at - due <= late_s, "%s arrived within %.1f s of due (%.3f s)" % (body, late_s, at - due))
+        check(m.delivery_timestamp == due * 1000, "%s carries its delivery time" % body)
+
+
+def timed(args):
+    """Timed messages arrive once, no earlier than due and within a second
+    of it on an idle cluster; a recalled one never arrives; delay levels
+    (the DELAY property) delay normal messages."""
+    cfg = config(args)
+    topic, levels = args.topic, args.topic + "Levels"
+    p = Producer(cfg, (topic, levels))
+    p.startup()
+    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression(), levels: FilterExpression()}, await_duration=1)
+    c.startup()
+    try:
+        now = int(time.time())
+        dues = {"timed%d" % i: now + 3 + i for i in range(4)}
+        receipts = {}
+        # Sent latest first: delivery goes by due time, not by send order.
+        for body, due in sorted(dues.items(), key=lambda kv: -kv[1]):
+            receipts[body] = p.send(timed_message(topic, body, due))
+        check(all(r.recall_handle for r in receipts.values()), "timed sends return recall handles")
+        recalled = p.send(timed_message(topic, "recalled", now + 4))
+        mid = p.recall_message(topic, recalled.recall_handle)
+        check(mid == recalled.message_id, "recall returned the message id")
+        try:
+            p.recall_message(topic, recalled.recall_handle)
+            check(False, "a second recall of the same message is refused")
+        except Exception as e:  # noqa: BLE001 - any client error is the point
+            check("not pending" in str(e), "a second recall is refused: %s" % e)
+        # Nothing is visible before it is due.
+        early = c.receive(32, 15)
+        check(not early, "nothing is delivered before it is due (%d early)" % len(early))
+        arrivals = receive_timed(c, set(dues), 30)
+        check_on_time(arrivals, dues, 1.0)
+        order = [b for b, _ in sorted(((b, g[0][0]) for b, g in arrivals.items() if b in dues), key=lambda x: x[1])]
+        check(order == sorted(dues, key=dues.get), "delivered in due-time order: %s" % order)
+
+        sent = time.time()
+        p.send(message(levels, "level1", props={"DELAY": "1"}))
+        p.send(message(levels, "level2", props={"DELAY": "2"}))
+        more = receive_timed(c, {"level1", "level2"}, 30)
+        check("recalled" not in arrivals and "recalled" not in more, "the recalled message never arrived")
+        for body, delay in (("level1", 1), ("level2", 5)):
+            at = more[body][0][0]
+            check(at - sent >= delay - 0.05, "%s waited its level's %d s (%.3f s)" % (body, delay, at - sent))
+    finally:
+        c.shutdown()
+        p.shutdown()
+
+
+def timed_failover(args):
+    """Timed messages due after the leader is killed arrive, each once and
+    no earlier than due."""
+    cfg = config(args)
+    topic = args.topic
+    p = Producer(cfg, (topic,))
+    p.startup()
+    now = int(time.time())
+    dues = {"f%d" % i: now + 5 + (i % 5) for i in range(20)}
+    for body, due in dues.items():
+        p.send(timed_message(topic, body, due))
+    p.shutdown()
+    log("sent %d timed messages; killing the leader" % len(dues))
+    ask_driver("kill-leader")
+    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression()}, await_duration=1)
+    c.startup()
+    try:
+        arrivals = receive_timed(c, set(dues), 60)
+        # Not timed to the second: the election and the client's reconnects
+        # take their time.
+        check_on_time(arrivals, dues, None)
+        # Nothing later either: no second copy.
+        extra = receive_timed(c, {"-"}, 3)
+        check(not extra, "no message arrived twice: %s" % sorted(extra))
+    finally:
+        c.shutdown()
+
+
+class Checker(TransactionChecker):
+    """Answers check-backs by the message body; records what it was asked."""
+
+    def __init__(self):
+        self.asked = []
+
+    def check(self, message):
+        body = message.body.decode()
+        self.asked.append(body)
+        log("check-back for", body)
+        if body.startswith("commit"):
+            return TransactionResolution.COMMIT
+        return TransactionResolution.ROLLBACK
+
+
+def transactions(args):
+    """Commit makes a half message visible, rollback never; an unresolved
+    one is checked back with the producer, which resolves it both ways."""
+    cfg = config(args)
+    topic = args.topic
+    checker = Checker()
+    p = Producer(cfg, (topic,), checker=checker)
+    p.startup()
+    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression()}, await_duration=1)
+    c.startup()
+    try:
+        for body, end in (("committed", "commit"), ("rolled-back", "rollback"), ("commit-by-check", None),
+                          ("rollback-by-check", None)):
+            tx = p.begin_transaction()
+            r = p.send(message(topic, body, keys=body), transaction=tx)
+            check(r.transaction_id, "%s: the send returned a transaction id" % body)
+            if end == "commit":
+                early = c.receive(32, 15)
+                check(not early, "a half message is invisible before its commit")
+                tx.commit()
+            elif end == "rollback":
+                tx.rollback()
+        arrivals = receive_timed(c, {"committed", "commit-by-check"}, 40)
+        check(sorted(arrivals) == ["commit-by-check", "committed"],
+              "committed ones arrived, by the producer and by check-back: %s" % sorted(arrivals))
+        check(all(len(v) == 1 for v in arrivals.values()), "each exactly once")
+        check(sorted(set(checker.asked)) == ["commit-by-check", "rollback-by-check"],
+              "only unresolved transactions were checked back: %s" % sorted(set(checker.asked)))
+        # The rolled-back ones stay invisible, however long one waits.
+        late = receive_timed(c, {"-"}, 4)
+        check(not late, "rolled-back messages never arrive: %s" % sorted(late))
+    finally:
+        c.shutdown()
+        p.shutdown()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["simple", "fifo", "push", "failover", "sql92"])
+    ap.add_argument(
+        "scenario", choices=["simple", "fifo", "push", "failover", "sql92", "timed", "timed-failover", "transactions"]
+    )
     ap.add_argument("--endpoints", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--group", required=True)
@@ -359,6 +520,9 @@ def main():
         "push": push,
         "failover": failover,
         "sql92": sql92,
+        "timed": timed,
+        "timed-failover": timed_failover,
+        "transactions": transactions,
     }[args.scenario](args)
     log("scenario %s passed" % args.scenario)
 

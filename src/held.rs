@@ -1,0 +1,174 @@
+//! Held messages at the leader: storing timed and half messages in their
+//! system topics, and releasing them into their real topics. The replicated
+//! state and its rules are in [`raftmq_raft::held`]; [`crate::timers`] and
+//! [`crate::transactions`] decide when to release.
+
+use raftmq_raft::command::{AdminCommand, Command, Response, SendBatch, TopicConfig, TopicMessageType};
+use raftmq_raft::held::{self, HeldId};
+use raftmq_raft::{BatchOutcome, Message, RaftNode};
+
+use crate::batcher::{Batcher, WRITE_TIMEOUT};
+use crate::clock::now_ms;
+use crate::error::BrokerError;
+
+/// A message to hold: where it goes once released, and (timed) when.
+pub struct ToHold {
+    pub topic: String,
+    pub queue_id: u32,
+    pub message: Message,
+    pub due_ms: Option<u64>,
+}
+
+/// Creates a system topic (one queue, any message type) unless it exists.
+pub async fn ensure_system_topic(node: &RaftNode, name: &str) -> Result<(), BrokerError> {
+    if node.sm.topic(name).is_some() {
+        return Ok(());
+    }
+    let t = TopicConfig {
+        name: name.to_string(),
+        read_queues: 1,
+        write_queues: 1,
+        perm: 6,
+        message_type: TopicMessageType::Mixed,
+    };
+    write(node, Command::admin(&AdminCommand::PutTopic(t))).await?;
+    Ok(())
+}
+
+/// Proposes `cmd`, bounded like the batcher's proposals.
+pub async fn write(node: &RaftNode, cmd: Command) -> Result<(raftmq_raft::types::LogId, Response), BrokerError> {
+    match tokio::time::timeout(WRITE_TIMEOUT, node.write(cmd)).await {
+        Ok(r) => r.map_err(BrokerError::from),
+        Err(_) => Err(BrokerError::OutcomeUnknown(format!(
+            "not committed within {WRITE_TIMEOUT:?} (is the leader cut off?)"
+        ))),
+    }
+}
+
+/// Stores messages in `system_topic` (one entry of their own, so each gets
+/// a [`HeldId`] from the entry's log index) and returns their ids.
+pub async fn store(
+    node: &RaftNode,
+    max_record: usize,
+    system_topic: &str,
+    msgs: Vec<ToHold>,
+) -> Result<Vec<HeldId>, BrokerError> {
+    if let Some((used, limit)) = node.store.commitlog().disk_full() {
+        return Err(BrokerError::DiskFull(format!(
+            "{used:.1}% of the disk is used; writes are refused above {limit:.1}%"
+        )));
+    }
+    ensure_system_topic(node, system_topic).await?;
+    let messages: Vec<Message> = msgs
+        .into_iter()
+        .map(|h| {
+            let mut m = h.message;
+            m.properties.push((held::P_REAL_TOPIC.into(), h.topic));
+            m.properties.push((held::P_REAL_QUEUE.into(), h.queue_id.to_string()));
+            if let Some(due) = h.due_ms {
+                m.properties.push((held::P_DELIVER_AT.into(), due.to_string()));
+            }
+            m
+        })
+        .collect();
+    let total: usize = messages.iter().map(Message::encoded_len).sum();
+    let max = Batcher::max_batch_bytes(max_record);
+    if total > max {
+        return Err(BrokerError::Invalid(format!(
+            "a send of {total} bytes exceeds the largest batch of {max} bytes"
+        )));
+    }
+    let n = messages.len() as u32;
+    let batch = SendBatch {
+        topic: system_topic.to_string(),
+        queue_id: 0,
+        messages,
+    };
+    let cmd = Command::send(&[batch], now_ms()).map_err(|e| BrokerError::Invalid(e.to_string()))?;
+    match write(node, cmd).await? {
+        (log_id, Response::Sent(o)) if matches!(o.first(), Some(BatchOutcome::Appended { .. })) => Ok((0..n)
+            .map(|ordinal| HeldId {
+                index: log_id.index,
+                ordinal,
+            })
+            .collect()),
+        (_, Response::Sent(o)) => match o.into_iter().next() {
+            Some(BatchOutcome::Rejected(why)) => Err(BrokerError::Invalid(why)),
+            _ => Err(BrokerError::Internal("a send without an outcome".into())),
+        },
+        (_, other) => Err(BrokerError::Internal(format!("unexpected response {other:?}"))),
+    }
+}
+
+/// A held message read back and made ready for its real topic.
+pub struct Release {
+    pub topic: String,
+    pub queue_id: u32,
+    pub message: Message,
+}
+
+/// Reads a held message from this node's log.
+pub fn read(node: &RaftNode, id: HeldId) -> Result<Release, BrokerError> {
+    let m = held::read(&node.log, id)
+        .map_err(|e| BrokerError::Internal(format!("held message {}/{}: {e}", id.index, id.ordinal)))?;
+    let (topic, queue_id, message) = held::released(m).ok_or_else(|| {
+        BrokerError::Internal(format!(
+            "held message {}/{} does not say where it goes",
+            id.index, id.ordinal
+        ))
+    })?;
+    Ok(Release {
+        topic,
+        queue_id,
+        message,
+    })
+}
+
+/// Why a release could not be applied now, if it cannot: its topic is gone
+/// or has fewer queues (such a message can never be delivered).
+pub fn undeliverable(node: &RaftNode, r: &Release) -> Option<String> {
+    match node.sm.topic(&r.topic) {
+        None => Some(format!("topic {} does not exist", r.topic)),
+        Some(t) if !t.writable() => Some(format!("topic {} is not writable", r.topic)),
+        Some(t) if r.queue_id >= t.write_queues => Some(format!(
+            "topic {} has {} write queues, not {}",
+            r.topic,
+            t.write_queues,
+            r.queue_id + 1
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Proposes `guard` with the copies of `releases` into their topics (one
+/// batch per topic and queue, in the given order). True if the guard held
+/// and the copies were appended.
+pub async fn release(node: &RaftNode, guard: &AdminCommand, releases: Vec<Release>) -> Result<bool, BrokerError> {
+    let mut batches: Vec<SendBatch> = Vec::new();
+    for r in releases {
+        match batches
+            .iter_mut()
+            .find(|b| b.topic == r.topic && b.queue_id == r.queue_id)
+        {
+            Some(b) => b.messages.push(r.message),
+            None => batches.push(SendBatch {
+                topic: r.topic,
+                queue_id: r.queue_id,
+                messages: vec![r.message],
+            }),
+        }
+    }
+    let cmd = Command::guarded_send(guard, &batches, now_ms()).map_err(|e| BrokerError::Internal(e.to_string()))?;
+    match write(node, cmd).await?.1 {
+        Response::Sent(o) => Ok(o.iter().all(|b| matches!(b, BatchOutcome::Appended { .. }))),
+        other => Err(BrokerError::Internal(format!("unexpected response {other:?}"))),
+    }
+}
+
+/// Proposes an admin command; true if it was applied (not rejected).
+pub async fn apply(node: &RaftNode, cmd: &AdminCommand) -> Result<bool, BrokerError> {
+    Ok(!matches!(
+        write(node, Command::admin(cmd)).await?.1,
+        Response::Rejected(_)
+    ))
+}

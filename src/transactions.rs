@@ -1,0 +1,278 @@
+//! Transactional messages at the leader: ending transactions, and checking
+//! unresolved ones back with their producers.
+//!
+//! A half message is stored at once in `RMQ_SYS_TRANS_HALF_TOPIC` and recorded in the
+//! replicated half-message table ([`raftmq_raft::held`]); the send returns
+//! a transaction id, `x1.<log index>.<ordinal>`. `EndTransaction` COMMIT
+//! copies it into its topic under a guard that also ends the transaction
+//! (so it becomes visible once, whoever commits); ROLLBACK only ends it.
+//!
+//! Check-backs: every [`CHECK_TICK`] the leader looks for half messages
+//! whose immunity (then check interval) has passed. For each, it sends a
+//! `RecoverOrphanedTransactionCommand` on the Telemetry stream of a
+//! producer of the message's topic (the v2 protocol names no producer
+//! group; RocketMQ's proxy also goes by topic) connected to this node, or
+//! else asks the group's other nodes to pass it to one of theirs. The
+//! producer answers with `EndTransaction` (source SERVER_CHECK). Each check
+//! is counted through Raft; after `max_checks` the half message is
+//! discarded, with a warning.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use raftmq_raft::command::AdminCommand;
+use raftmq_raft::held::{self as rheld, HeldId};
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::error::BrokerError;
+use crate::held;
+use crate::metrics::OutcomeLabels;
+use crate::pb;
+use crate::rocketmq::v2::{self, Code};
+use crate::v2_message::{self, Delivery};
+
+/// How often the leader looks for transactions to check.
+pub const CHECK_TICK: Duration = Duration::from_millis(500);
+/// Most check-backs sent per tick.
+const MAX_CHECKS_PER_TICK: usize = 256;
+
+pub fn transaction_id(id: HeldId) -> String {
+    format!("x1.{}.{}", id.index, id.ordinal)
+}
+
+pub fn parse_transaction_id(s: &str) -> Option<HeldId> {
+    let mut parts = s.strip_prefix("x1.")?.split('.');
+    let index = parts.next()?.parse().ok()?;
+    let ordinal = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some(HeldId { index, ordinal })
+}
+
+/// A producer's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    Commit,
+    Rollback,
+    /// The producer does not know yet: checked again later.
+    Unknown,
+}
+
+/// Ends a transaction on the leader.
+pub async fn end(
+    broker: &Broker,
+    topic: &str,
+    message_id: &str,
+    transaction_id: &str,
+    resolution: Resolution,
+    from_check: bool,
+) -> Result<(), BrokerError> {
+    let invalid = || {
+        BrokerError::Refused(
+            Code::InvalidTransactionId,
+            format!("{transaction_id:?} is not a pending transaction of message {message_id} in topic {topic}"),
+        )
+    };
+    let id = parse_transaction_id(transaction_id).ok_or_else(invalid)?;
+    let pending = broker.node.sm.with_metadata(|m| {
+        m.held
+            .halves
+            .get(&id)
+            .is_some_and(|h| h.topic == topic && h.message_id == message_id)
+    });
+    if !pending {
+        return Err(invalid());
+    }
+    let node = &broker.node;
+    let source = if from_check { "check-back" } else { "producer" };
+    let outcome = match resolution {
+        Resolution::Unknown => {
+            tracing::debug!(topic, message_id, source, "transaction still unknown");
+            return Ok(());
+        }
+        Resolution::Rollback => {
+            if !held::apply(node, &AdminCommand::EndTransaction { id }).await? {
+                return Err(invalid());
+            }
+            "rollback"
+        }
+        Resolution::Commit => {
+            let r = held::read(node, id)?;
+            if let Some(why) = held::undeliverable(node, &r) {
+                return Err(BrokerError::Refused(Code::Forbidden, format!("cannot commit: {why}")));
+            }
+            if !held::release(node, &AdminCommand::EndTransaction { id }, vec![r]).await? {
+                return Err(invalid());
+            }
+            "commit"
+        }
+    };
+    broker
+        .metrics
+        .transactions
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+    tracing::debug!(topic, message_id, source, outcome, "transaction ended");
+    Ok(())
+}
+
+/// Passes a check-back for half message `id` of `topic` to a producer of
+/// the topic connected to this node. False if none is.
+pub fn check_locally(broker: &Broker, topic: &str, id: HeldId) -> Result<bool, BrokerError> {
+    let producers = broker.clients.producers_of(topic);
+    if producers.is_empty() {
+        return Ok(false);
+    }
+    let r = held::read(&broker.node, id)?;
+    let mut bytes = Vec::with_capacity(r.message.encoded_len());
+    let stored = broker
+        .node
+        .sm
+        .with_metadata(|m| m.held.halves.get(&id).map(|h| h.stored_ms))
+        .unwrap_or(0);
+    r.message.encode(stored, &mut bytes);
+    let (view, _) =
+        raftmq_raft::message::MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+    let addr = broker.client_addr();
+    let message = v2_message::outgoing(
+        &view,
+        &Delivery {
+            topic,
+            namespace: "",
+            queue_id: r.queue_id,
+            queue_offset: 0,
+            store_host: &addr,
+            receipt_handle: None,
+            attempt: None,
+            invisible: None,
+        },
+    );
+    let cmd = v2::TelemetryCommand {
+        status: Some(v2_message::ok()),
+        command: Some(v2::telemetry_command::Command::RecoverOrphanedTransactionCommand(
+            v2::RecoverOrphanedTransactionCommand {
+                message: Some(message),
+                transaction_id: transaction_id(id),
+            },
+        )),
+    };
+    // Any one live producer will do; a full stream is skipped.
+    for (client, tx) in producers {
+        if tx.try_send(Ok(cmd.clone())).is_ok() {
+            tracing::debug!(client, topic, transaction = transaction_id(id), "sent a check-back");
+            broker.metrics.transaction_checks.inc();
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Asks this node, then the group's other nodes, to pass a check-back on.
+async fn check(broker: &Broker, topic: &str, id: HeldId) -> bool {
+    match check_locally(broker, topic, id) {
+        Ok(true) => return true,
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "check-back"),
+    }
+    for addr in broker.group_client_addrs().into_iter().skip(1) {
+        let Ok(mut client) = broker.peer_client(&addr) else {
+            continue;
+        };
+        let req = pb::CheckTransactionRequest {
+            topic: topic.to_string(),
+            log_index: id.index,
+            ordinal: id.ordinal,
+        };
+        let mut req = tonic::Request::new(req);
+        req.set_timeout(Duration::from_secs(2));
+        if let Ok(r) = client.check_transaction(req).await
+            && r.into_inner().sent
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// One round of check-backs and give-ups; returns the checks counted.
+pub async fn check_due(broker: &Broker) -> Result<usize, BrokerError> {
+    let cfg = &broker.cfg.transaction;
+    let now = now_ms();
+    let (due, expired): (Vec<_>, Vec<_>) = broker.node.sm.with_metadata(|m| {
+        m.held
+            .halves
+            .iter()
+            .filter(|(_, h)| rheld::check_due(h, now, cfg.check_immunity_ms, cfg.check_interval_ms))
+            .take(MAX_CHECKS_PER_TICK)
+            .map(|(id, h)| (*id, h.topic.clone(), h.message_id.clone(), h.checks))
+            .partition(|(_, _, _, checks)| *checks < cfg.max_checks)
+    });
+    for (id, topic, message_id, checks) in expired {
+        if held::apply(&broker.node, &AdminCommand::EndTransaction { id }).await? {
+            tracing::warn!(
+                topic,
+                message_id,
+                checks,
+                "discarded a half message: its transaction was not resolved"
+            );
+            broker
+                .metrics
+                .transactions
+                .get_or_create(&OutcomeLabels { outcome: "discarded" })
+                .inc();
+        }
+    }
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let mut ids = Vec::with_capacity(due.len());
+    for (id, topic, message_id, _) in due {
+        if !check(broker, &topic, id).await {
+            tracing::debug!(
+                topic,
+                message_id,
+                "no producer of the topic to check a transaction with"
+            );
+        }
+        // Counted whether or not a producer was there: a transaction
+        // whose producers are all gone is given up in the end.
+        ids.push(id);
+    }
+    let n = ids.len();
+    held::apply(&broker.node, &AdminCommand::TransactionsChecked { ids, at_ms: now }).await?;
+    Ok(n)
+}
+
+/// Runs the check-back loop on this node; it acts while the node leads.
+pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(CHECK_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tick.tick() => {}
+            }
+            if !broker.node.is_leader() {
+                continue;
+            }
+            if let Err(e) = check_due(&broker).await {
+                tracing::warn!(error = %e, "transaction check-backs failed; retrying");
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transaction_ids_round_trip_and_reject_garbage() {
+        let id = HeldId { index: 99, ordinal: 2 };
+        assert_eq!(parse_transaction_id(&transaction_id(id)), Some(id));
+        for bad in ["", "x1.", "x1.1", "x1.1.2.3", "t1.1.2", "x1.a.2"] {
+            assert_eq!(parse_transaction_id(bad), None, "{bad}");
+        }
+    }
+}
