@@ -82,6 +82,8 @@ pub struct Outgoing {
     pub properties: Vec<(String, String)>,
     /// Timed messages: when to deliver (ms since the epoch).
     pub delivery_timestamp_ms: Option<u64>,
+    /// A transaction's half message: visible once committed.
+    pub transactional: bool,
 }
 
 impl Outgoing {
@@ -113,8 +115,22 @@ impl Outgoing {
         self
     }
 
+    /// Delivered at this time (ms since the epoch), not before.
+    pub fn deliver_at(mut self, ms: u64) -> Outgoing {
+        self.delivery_timestamp_ms = Some(ms);
+        self
+    }
+
+    /// Sent as a transaction's half message ([`Client::end_transaction`]).
+    pub fn transactional(mut self) -> Outgoing {
+        self.transactional = true;
+        self
+    }
+
     fn to_v2(&self) -> v2::Message {
-        let kind = if self.message_group.is_some() {
+        let kind = if self.transactional {
+            v2::MessageType::Transaction
+        } else if self.message_group.is_some() {
             v2::MessageType::Fifo
         } else if self.delivery_timestamp_ms.is_some() {
             v2::MessageType::Delay
@@ -153,7 +169,12 @@ pub fn new_message_id() -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendReceipt {
     pub message_id: String,
+    /// Queue offset (0 for timed and half messages: not in a queue yet).
     pub offset: i64,
+    /// Half messages: what [`Client::end_transaction`] names.
+    pub transaction_id: String,
+    /// Timed messages: what [`Client::recall`] names.
+    pub recall_handle: String,
 }
 
 /// A received message.
@@ -316,8 +337,50 @@ impl Client {
             .map(|e| SendReceipt {
                 message_id: e.message_id,
                 offset: e.offset,
+                transaction_id: e.transaction_id,
+                recall_handle: e.recall_handle,
             })
             .collect())
+    }
+
+    /// Commits (or rolls back) a transaction's half message.
+    pub async fn end_transaction(&self, topic: &str, sent: &SendReceipt, commit: bool) -> Result<(), ClientError> {
+        let resolution = if commit {
+            v2::TransactionResolution::Commit
+        } else {
+            v2::TransactionResolution::Rollback
+        };
+        let req = v2::EndTransactionRequest {
+            topic: Some(resource(topic)),
+            message_id: sent.message_id.clone(),
+            transaction_id: sent.transaction_id.clone(),
+            resolution: resolution as i32,
+            source: v2::TransactionSource::SourceClient as i32,
+            trace_context: String::new(),
+        };
+        let r = self
+            .call(|mut c| {
+                let req = self.request(req.clone(), self.timeout);
+                async move { c.end_transaction(req).await }
+            })
+            .await?;
+        ClientError::from_status(r.status)
+    }
+
+    /// Cancels a timed message that is not due yet; returns its message id.
+    pub async fn recall(&self, topic: &str, recall_handle: &str) -> Result<String, ClientError> {
+        let req = v2::RecallMessageRequest {
+            topic: Some(resource(topic)),
+            recall_handle: recall_handle.to_string(),
+        };
+        let r = self
+            .call(|mut c| {
+                let req = self.request(req.clone(), self.timeout);
+                async move { c.recall_message(req).await }
+            })
+            .await?;
+        ClientError::from_status(r.status)?;
+        Ok(r.message_id)
     }
 
     /// Receives up to `max` messages for `group` (a tag expression: `*` or

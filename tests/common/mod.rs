@@ -59,6 +59,12 @@ impl Cluster {
                 format!("[peers.{id}]\nraft_addr = \"127.0.0.1:{r}\"\nclient_addr = \"127.0.0.1:{c}\"\n")
             })
             .collect();
+        // `extra` may set its own snapshot interval.
+        let snapshot = if extra.contains("snapshot_every") {
+            ""
+        } else {
+            "snapshot_every = 1000\n"
+        };
         let mut nodes = Vec::new();
         for id in 1..=n {
             let (c, r) = ports[(id - 1) as usize];
@@ -66,7 +72,7 @@ impl Cluster {
             let config = dir.join(format!("node{id}.toml"));
             let text = format!(
                 "group = \"test\"\nnode_id = {id}\ndata_dir = \"{}\"\nclient_listen = \"127.0.0.1:{c}\"\n\
-                 raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\nsnapshot_every = 1000\nmax_body_bytes = 524288\n\
+                 raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\n{snapshot}max_body_bytes = 524288\n\
                  metrics_listen = \"127.0.0.1:{m}\"\n{extra}\n{peers}\n\
                  [store]\nflush_mode = \"{flush_mode}\"\nsegment_size = 1048576\nmax_record_size = 1000000\n\
                  cq_units_per_file = 1000\nindex_slots = 1000\nindex_entries = 10000\n\

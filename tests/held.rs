@@ -1,0 +1,142 @@
+//! Timed and half messages on a three-node group of real `raftmq broker`
+//! processes: the schedule and open transactions survive a restart of
+//! every node (through a snapshot and the log after it), and each message
+//! is delivered once, not before it is due.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::Cluster;
+use raftmq::client::{Client, Outgoing};
+use raftmq::pb;
+
+async fn create_topic(c: &Cluster, name: &str, message_type: &str) {
+    let mut client = c.client(1).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = client
+            .put_topic(pb::PutTopicRequest {
+                name: name.into(),
+                read_queues: 2,
+                write_queues: 2,
+                perm: 6,
+                message_type: message_type.into(),
+            })
+            .await;
+        match r {
+            Ok(_) => return,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("put_topic: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("put_topic: {e}"),
+        }
+    }
+}
+
+/// Receives from `topic` until `want` bodies arrived or `within` passed;
+/// returns body -> store times of every delivery (duplicates included).
+async fn receive_all(client: &Client, topic: &str, want: usize, within: Duration) -> BTreeMap<String, Vec<u64>> {
+    let mut got: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + within;
+    while got.values().map(Vec::len).sum::<usize>() < want && tokio::time::Instant::now() < deadline {
+        let msgs = match client
+            .receive("G", topic, "*", 32, Duration::from_secs(30), Duration::from_secs(1))
+            .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("receive: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        for m in &msgs {
+            got.entry(String::from_utf8_lossy(&m.body).into_owned())
+                .or_default()
+                .push(m.store_timestamp_ms);
+        }
+        client.ack("G", topic, &msgs).await.unwrap();
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_and_transactions_survive_a_restart_of_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "async", "snapshot_every = 20");
+    c.leader().await;
+    create_topic(&c, "Timed", "DELAY").await;
+    create_topic(&c, "Txn", "TRANSACTION").await;
+    create_topic(&c, "Filler", "").await;
+    let endpoints: Vec<String> = c.nodes.iter().map(|n| n.client_addr.clone()).collect();
+    let client = Client::connect(&endpoints.join(";")).unwrap();
+
+    let due = raftmq::clock::now_ms() + 6_000;
+    let timed: Vec<Outgoing> = (0..30)
+        .map(|i| Outgoing::new("Timed", format!("t{i}")).deliver_at(due + i * 10))
+        .collect();
+    let sent = client.send_batch(timed).await.unwrap();
+    assert!(sent.iter().all(|r| r.recall_handle.starts_with("t1.")));
+    // One recalled before the restart: it must stay recalled.
+    assert_eq!(
+        client.recall("Timed", &sent[29].recall_handle).await.unwrap(),
+        sent[29].message_id
+    );
+    let mut halves = Vec::new();
+    for i in 0..10 {
+        let r = client
+            .send(Outgoing::new("Txn", format!("x{i}")).transactional())
+            .await
+            .unwrap();
+        assert!(r.transaction_id.starts_with("x1."), "{r:?}");
+        halves.push(r);
+    }
+    // Enough entries for a snapshot (every 20) on every node: the held
+    // state comes back from the snapshot, the rest from the log after it.
+    for i in 0..30 {
+        client.send(Outgoing::new("Filler", format!("f{i}"))).await.unwrap();
+    }
+    for id in 1..=3 {
+        assert!(c.stop(id).success());
+        let snapshot = dir.path().join(format!("node{id}/raft/snapshot.json"));
+        let text = std::fs::read_to_string(&snapshot).unwrap();
+        assert!(text.contains("\"timers\":[["), "node {id}'s snapshot holds the timers");
+    }
+    for id in 1..=3 {
+        c.spawn(id);
+    }
+    c.leader().await;
+    assert!(
+        raftmq::clock::now_ms() < due,
+        "the restart took longer than the timers' delay"
+    );
+    // Transactions resolved after the restart.
+    for (i, r) in halves.iter().enumerate() {
+        client.end_transaction("Txn", r, i % 2 == 0).await.unwrap();
+    }
+    // A second verdict finds nothing pending.
+    assert!(client.end_transaction("Txn", &halves[0], true).await.is_err());
+
+    let timed = receive_all(&client, "Timed", 29, Duration::from_secs(40)).await;
+    assert_eq!(timed.len(), 29, "every timed message but the recalled one: {timed:?}");
+    assert!(!timed.contains_key("t29"), "the recalled message was delivered");
+    for (body, stores) in &timed {
+        assert_eq!(stores.len(), 1, "{body} delivered {} times", stores.len());
+        let i: u64 = body[1..].parse().unwrap();
+        assert!(stores[0] >= due + i * 10, "{body} released before it was due");
+    }
+    let txn = receive_all(&client, "Txn", 5, Duration::from_secs(20)).await;
+    let want: Vec<String> = (0..10).step_by(2).map(|i| format!("x{i}")).collect();
+    assert_eq!(txn.keys().cloned().collect::<Vec<_>>(), want);
+    assert!(txn.values().all(|v| v.len() == 1));
+    // Nothing else arrives: no duplicate, no rolled-back message.
+    assert!(
+        receive_all(&client, "Timed", 1, Duration::from_secs(2))
+            .await
+            .is_empty()
+    );
+    assert!(receive_all(&client, "Txn", 1, Duration::from_secs(2)).await.is_empty());
+}
