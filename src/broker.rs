@@ -374,6 +374,57 @@ impl Broker {
         Ok(out)
     }
 
+    /// Messages of `topic` stored in `[begin_ms, end_ms)`, in one queue or
+    /// all, from this node's applied state: (queue id, message) in queue
+    /// order, at most `max`.
+    pub fn query_time_range(
+        &self,
+        topic: &str,
+        queue: Option<u32>,
+        begin_ms: u64,
+        end_ms: u64,
+        max: usize,
+    ) -> Result<Vec<(u32, pb::Message)>, BrokerError> {
+        let t = self
+            .node
+            .sm
+            .topic(topic)
+            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        let queues: Vec<u32> = match queue {
+            Some(q) if q < t.read_queues => vec![q],
+            Some(q) => {
+                return Err(BrokerError::Invalid(format!(
+                    "topic {topic} has {} queues, not {}",
+                    t.read_queues,
+                    q + 1
+                )));
+            }
+            None => (0..t.read_queues).collect(),
+        };
+        let store = &self.node.store;
+        let mut out = Vec::new();
+        for q in queues {
+            let Some(cq) = store.queue(topic, q) else { continue };
+            let mut offset = self.offset_for_timestamp(topic, q, begin_ms)?.max(cq.min_offset());
+            while offset < cq.max_offset() && out.len() < max {
+                let (_, bytes) = store
+                    .message(topic, q, offset)
+                    .map_err(|e| BrokerError::Internal(e.to_string()))?;
+                let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+                // Store times follow the leader's clock and are not strictly
+                // monotonic across leaders: stop at the first one past the end.
+                if view.store_timestamp_ms >= end_ms {
+                    break;
+                }
+                if view.store_timestamp_ms >= begin_ms {
+                    out.push((q, to_pb(&view, offset)));
+                }
+                offset += 1;
+            }
+        }
+        Ok(out)
+    }
+
     pub async fn delete_topic_local(&self, name: &str) -> Result<(), BrokerError> {
         if self.node.sm.topic(name).is_none() {
             return Err(BrokerError::TopicNotFound(name.to_string()));

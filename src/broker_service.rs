@@ -233,13 +233,26 @@ impl broker_server::Broker for BrokerService {
         let (wanted, by_id) = match r.by {
             Some(pb::query_messages_request::By::MessageId(id)) => (id, true),
             Some(pb::query_messages_request::By::Key(k)) => (k, false),
-            None => return Err(Status::invalid_argument("give a message id or a key")),
+            Some(pb::query_messages_request::By::TimeRange(t)) => {
+                let broker = self.broker.clone();
+                let found = tokio::task::spawn_blocking(move || {
+                    broker.query_time_range(&r.topic, t.queue_id, t.begin_ms, t.end_ms, max)
+                })
+                .await
+                .map_err(|e| Status::internal(e.to_string()))??;
+                let (queue_ids, messages) = found.into_iter().unzip();
+                return Ok(Response::new(pb::QueryMessagesResponse { messages, queue_ids }));
+            }
+            None => return Err(Status::invalid_argument("give a message id, a key or a time range")),
         };
         let broker = self.broker.clone();
         let messages = tokio::task::spawn_blocking(move || broker.query_messages(&r.topic, &wanted, by_id, max))
             .await
             .map_err(|e| Status::internal(e.to_string()))??;
-        Ok(Response::new(pb::QueryMessagesResponse { messages }))
+        Ok(Response::new(pb::QueryMessagesResponse {
+            messages,
+            queue_ids: vec![],
+        }))
     }
 
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {

@@ -128,8 +128,13 @@ pub async fn produce(a: ProduceArgs) -> anyhow::Result<()> {
         let r = with_retries(Duration::from_secs(10), || client.send(m.clone()))
             .await
             .map_err(|e| anyhow::anyhow!("message {i}: {e}"))?;
-        if !quiet {
-            println!("sent {} to {} at offset {}", r.message_id, a.topic, r.offset);
+        match (quiet, r.recall_handle.is_empty()) {
+            (true, _) => {}
+            (false, true) => println!("sent {} to {} at offset {}", r.message_id, a.topic, r.offset),
+            (false, false) => println!(
+                "sent {} to {} (timed; recall handle {})",
+                r.message_id, a.topic, r.recall_handle
+            ),
         }
     }
     if quiet {

@@ -69,13 +69,13 @@ pub struct GroupArgs {
     broker: Option<String>,
 }
 
-/// `--to-timestamp`: milliseconds since the epoch (0: the beginning), or an
-/// age with its unit ("10m": ten minutes ago).
-fn timestamp_of(s: &str) -> anyhow::Result<u64> {
+/// A time flag: milliseconds since the epoch (0: the beginning), or an age
+/// with its unit ("10m": ten minutes ago).
+pub fn timestamp_of(flag: &str, s: &str) -> anyhow::Result<u64> {
     if let Ok(ms) = s.parse::<u64>() {
         return Ok(ms);
     }
-    let age = parse_duration(s).map_err(|e| anyhow::anyhow!("--to-timestamp: {e}, or milliseconds since the epoch"))?;
+    let age = parse_duration(s).map_err(|e| anyhow::anyhow!("{flag}: {e}, or milliseconds since the epoch"))?;
     Ok(crate::clock::now_ms().saturating_sub(age.as_millis() as u64))
 }
 
@@ -186,7 +186,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
             to_timestamp,
         } => {
             crate::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-            let ts = timestamp_of(&to_timestamp)?;
+            let ts = timestamp_of("--to-timestamp", &to_timestamp)?;
             progress_header();
             for (broker, addr) in group_endpoints(&namesrv, None).await? {
                 let p = BrokerClient::new(channel(&addr)?)

@@ -1,6 +1,7 @@
-//! `raftmq message get|find`: look messages up by message id or by key in
-//! every broker group that has the topic, through the key index (any node
-//! answers from its applied state).
+//! `raftmq message get|find|range`: look messages up by message id or by
+//! key (through the key index) or by store time (through the ConsumeQueues)
+//! in every broker group that has the topic; any node answers from its
+//! applied state.
 
 use clap::Subcommand;
 
@@ -32,13 +33,33 @@ pub enum MessageCommand {
         #[arg(long, default_value_t = 32)]
         max: u32,
     },
+    /// Messages stored in a time range, per queue in queue order.
+    Range {
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        #[arg(long)]
+        topic: String,
+        /// One queue (default: every queue).
+        #[arg(long)]
+        queue: Option<u32>,
+        /// From this time on: ms since the epoch, or an age ("10m").
+        #[arg(long)]
+        begin: String,
+        /// Before this time (default: now).
+        #[arg(long)]
+        end: Option<String>,
+        /// At most this many per broker group.
+        #[arg(long, default_value_t = 32)]
+        max: u32,
+    },
 }
 
-fn show(broker: &str, m: &pb::Message) {
+fn show(broker: &str, m: &pb::Message, queue: Option<u32>) {
     let body = String::from_utf8_lossy(&m.body);
     let preview: String = body.chars().take(80).collect();
+    let at = queue.map_or(String::new(), |q| format!("queue {q} offset {} ", m.queue_offset));
     println!(
-        "{broker}: id {} tag {} keys [{}] born {} stored {} props {:?}\n  {preview}{}",
+        "{broker}: {at}id {} tag {} keys [{}] born {} stored {} props {:?}\n  {preview}{}",
         m.message_id,
         if m.tag.is_empty() { "-" } else { &m.tag },
         m.keys.join(" "),
@@ -63,6 +84,24 @@ pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
             key,
             max,
         } => (namesrv, topic, pb::query_messages_request::By::Key(key), max),
+        MessageCommand::Range {
+            namesrv,
+            topic,
+            queue,
+            begin,
+            end,
+            max,
+        } => {
+            let range = pb::TimeRange {
+                queue_id: queue,
+                begin_ms: crate::group_cli::timestamp_of("--begin", &begin)?,
+                end_ms: match end {
+                    Some(e) => crate::group_cli::timestamp_of("--end", &e)?,
+                    None => crate::clock::now_ms().saturating_add(1),
+                },
+            };
+            (namesrv, topic, pb::query_messages_request::By::TimeRange(range), max)
+        }
     };
     raftmq_store::queue_table::validate_topic(&topic)?;
     let mut found = 0;
@@ -76,8 +115,9 @@ pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
             .await;
         match r {
             Ok(r) => {
-                for m in &r.get_ref().messages {
-                    show(&broker, m);
+                let r = r.into_inner();
+                for (i, m) in r.messages.iter().enumerate() {
+                    show(&broker, m, r.queue_ids.get(i).copied());
                     found += 1;
                 }
             }

@@ -148,6 +148,14 @@ async fn admin_commands_against_a_real_cluster() {
     assert_eq!(out.lines().filter(|l| l.contains("order-7")).count(), 6, "{out}");
     let (found, _, err) = raftmq_cli(&["message", "get", "--namesrv", n, "--topic", "Cli", "--id", "nope"]);
     assert!(!found && err.contains("no such message"), "{err}");
+    // By store time: the last hour holds all 6 (with their queues and
+    // offsets); the future holds none.
+    let out = ok(&["message", "range", "--namesrv", n, "--topic", "Cli", "--begin", "1h"]);
+    assert_eq!(out.lines().filter(|l| l.contains("order-7")).count(), 6, "{out}");
+    assert!(out.contains("queue ") && out.contains(" offset "), "{out}");
+    let later = (raftmq::clock::now_ms() + 3_600_000).to_string();
+    let (found, _, _) = raftmq_cli(&["message", "range", "--namesrv", n, "--topic", "Cli", "--begin", &later]);
+    assert!(!found, "nothing was stored in the future");
 
     // Benchmarks: JSON reports with the promised fields, and a plot.
     let plot = dir.path().join("lat.png");
