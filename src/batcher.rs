@@ -39,7 +39,17 @@ const FRAMING: usize = 4096;
 struct Pending {
     batch: SendBatch,
     bytes: usize,
-    reply: oneshot::Sender<Result<BatchOutcome, BrokerError>>,
+    reply: oneshot::Sender<Result<Placed, BrokerError>>,
+}
+
+/// A batch's outcome and where its messages are in the log: the entry's
+/// index and the position of its first message among the entry's messages
+/// (held messages are known by these, see [`raftmq_raft::held::HeldId`]).
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub outcome: BatchOutcome,
+    pub index: u64,
+    pub first_ordinal: u32,
 }
 
 #[derive(Clone)]
@@ -65,6 +75,11 @@ impl Batcher {
 
     /// Proposes a batch and waits for its outcome.
     pub async fn send(&self, batch: SendBatch) -> Result<BatchOutcome, BrokerError> {
+        self.send_placed(batch).await.map(|p| p.outcome)
+    }
+
+    /// [`Batcher::send`], also telling where the messages went.
+    pub async fn send_placed(&self, batch: SendBatch) -> Result<Placed, BrokerError> {
         let bytes = batch.messages.iter().map(|m| m.encoded_len()).sum();
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -111,6 +126,7 @@ async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: us
         tokio::spawn(async move {
             let _slot = slot;
             let (batches, replies): (Vec<SendBatch>, Vec<_>) = group.into_iter().map(|p| (p.batch, p.reply)).unzip();
+            let counts: Vec<u32> = batches.iter().map(|b| b.messages.len() as u32).collect();
             let result = match Command::send(&batches, now_ms()) {
                 Err(e) => Err(BrokerError::Invalid(e.to_string())),
                 Ok(cmd) => match tokio::time::timeout(WRITE_TIMEOUT, node.write(cmd)).await {
@@ -121,9 +137,15 @@ async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: us
                 },
             };
             match result {
-                Ok((_, Response::Sent(outcomes))) if outcomes.len() == replies.len() => {
-                    for (reply, o) in replies.into_iter().zip(outcomes) {
-                        let _ = reply.send(Ok(o));
+                Ok((log_id, Response::Sent(outcomes))) if outcomes.len() == replies.len() => {
+                    let mut first_ordinal = 0u32;
+                    for ((reply, outcome), n) in replies.into_iter().zip(outcomes).zip(counts) {
+                        let _ = reply.send(Ok(Placed {
+                            outcome,
+                            index: log_id.index,
+                            first_ordinal,
+                        }));
+                        first_ordinal = first_ordinal.saturating_add(n);
                     }
                 }
                 Ok((_, other)) => {

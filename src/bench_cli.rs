@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// Write latency-over-time and latency-histogram plots to this PNG.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
+    /// Send timed messages due this long after they are sent (produce; the
+    /// topic must accept DELAY messages).
+    #[arg(long, value_parser = parse_duration)]
+    pub delay: Option<Duration>,
 }
 
 /// The report, as `--json` prints it.
@@ -133,7 +137,10 @@ impl Run {
         while self.budget_left(&self.sent) {
             let body = pattern_body(i, self.args.size);
             i += 1;
-            let m = Outgoing::new(self.args.topic.clone(), body).property(SENT_US, now_us().to_string());
+            let mut m = Outgoing::new(self.args.topic.clone(), body).property(SENT_US, now_us().to_string());
+            if let Some(d) = self.args.delay {
+                m = m.deliver_at(crate::clock::now_ms() + d.as_millis() as u64);
+            }
             let t = Instant::now();
             match self.client.send(m).await {
                 Ok(_) if !e2e => self.record(t.elapsed().as_micros() as u64).await,

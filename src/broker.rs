@@ -34,7 +34,7 @@ pub struct Broker {
     /// The client-protocol clients that use this node.
     pub clients: Clients,
     pub metrics: Arc<BrokerMetrics>,
-    batcher: Batcher,
+    pub batcher: Batcher,
     peers: Mutex<HashMap<String, Channel>>,
 }
 

@@ -45,10 +45,11 @@ pub async fn write(node: &RaftNode, cmd: Command) -> Result<(raftmq_raft::types:
     }
 }
 
-/// Stores messages in `system_topic` (one entry of their own, so each gets
-/// a [`HeldId`] from the entry's log index) and returns their ids.
+/// Stores messages in `system_topic` through the batcher (so concurrent
+/// timed sends share entries as plain sends do) and returns their ids.
 pub async fn store(
     node: &RaftNode,
+    batcher: &Batcher,
     max_record: usize,
     system_topic: &str,
     msgs: Vec<ToHold>,
@@ -78,25 +79,24 @@ pub async fn store(
             "a send of {total} bytes exceeds the largest batch of {max} bytes"
         )));
     }
+    for m in &messages {
+        m.validate().map_err(|e| BrokerError::Invalid(e.to_string()))?;
+    }
     let n = messages.len() as u32;
     let batch = SendBatch {
         topic: system_topic.to_string(),
         queue_id: 0,
         messages,
     };
-    let cmd = Command::send(&[batch], now_ms()).map_err(|e| BrokerError::Invalid(e.to_string()))?;
-    match write(node, cmd).await? {
-        (log_id, Response::Sent(o)) if matches!(o.first(), Some(BatchOutcome::Appended { .. })) => Ok((0..n)
-            .map(|ordinal| HeldId {
-                index: log_id.index,
-                ordinal,
+    let placed = batcher.send_placed(batch).await?;
+    match placed.outcome {
+        BatchOutcome::Appended { .. } => Ok((0..n)
+            .map(|k| HeldId {
+                index: placed.index,
+                ordinal: placed.first_ordinal + k,
             })
             .collect()),
-        (_, Response::Sent(o)) => match o.into_iter().next() {
-            Some(BatchOutcome::Rejected(why)) => Err(BrokerError::Invalid(why)),
-            _ => Err(BrokerError::Internal("a send without an outcome".into())),
-        },
-        (_, other) => Err(BrokerError::Internal(format!("unexpected response {other:?}"))),
+        BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
     }
 }
 

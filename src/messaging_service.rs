@@ -350,7 +350,7 @@ impl MessagingService {
             }
             let (idx, held): (Vec<usize>, Vec<ToHold>) = held.into_iter().unzip();
             let dues: Vec<Option<u64>> = held.iter().map(|h| h.due_ms).collect();
-            let r = crate::held::store(&self.broker.node, max_record, system_topic, held).await;
+            let r = crate::held::store(&self.broker.node, &self.broker.batcher, max_record, system_topic, held).await;
             for (k, i) in idx.iter().enumerate() {
                 entries[*i] = Some(match &r {
                     Ok(held_ids) => {
