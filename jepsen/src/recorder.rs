@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::client::Outcome;
 use crate::history::{Call, Op, OpType, Process};
 
 #[derive(Clone)]
@@ -39,6 +40,33 @@ impl Recorder {
             node,
             error,
         });
+    }
+
+    /// Records the completion of an operation with effects; true when its
+    /// outcome is unknown (the process must retire).
+    pub fn complete<T>(&self, p: Process, node: u64, out: Outcome<T>, ok: impl FnOnce(T) -> Call, plain: Call) -> bool {
+        match out {
+            Outcome::Ok(v) => {
+                self.record(p, OpType::Ok, ok(v), Some(node), None);
+                false
+            }
+            Outcome::Fail(e) => {
+                self.record(p, OpType::Fail, plain, Some(node), Some(e));
+                false
+            }
+            Outcome::Unknown(e) => {
+                self.record(p, OpType::Info, plain, Some(node), Some(e));
+                true
+            }
+        }
+    }
+
+    /// Records a read's completion: one that did not answer changed nothing.
+    pub fn complete_read<T>(&self, p: Process, node: u64, out: Outcome<T>, ok: impl FnOnce(T) -> Call, plain: Call) {
+        match out {
+            Outcome::Ok(v) => self.record(p, OpType::Ok, ok(v), Some(node), None),
+            Outcome::Fail(e) | Outcome::Unknown(e) => self.record(p, OpType::Fail, plain, Some(node), Some(e)),
+        }
     }
 
     pub fn ops(&self) -> Vec<Op> {

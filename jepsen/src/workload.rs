@@ -87,7 +87,8 @@ impl Workload {
                     offset,
                 };
                 self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                self.complete(p, node, client.send(&key, value).await, |o| call(Some(o)), call(None))
+                self.recorder
+                    .complete(p, node, client.send(&key, value).await, |o| call(Some(o)), call(None))
             } else {
                 match &mut assigned {
                     Some((key, pos, polls)) if *polls < POLLS_PER_ASSIGNMENT => {
@@ -107,7 +108,7 @@ impl Workload {
                             {
                                 *pos = last + 1;
                             }
-                            self.complete_read(p, node, out, call, call(vec![]));
+                            self.recorder.complete_read(p, node, out, call, call(vec![]));
                             false
                         } else {
                             let (key, offset) = (key.clone(), *pos);
@@ -117,7 +118,7 @@ impl Workload {
                                 offset,
                             };
                             self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
-                            self.complete(
+                            self.recorder.complete(
                                 p,
                                 node,
                                 client.commit(&group, &key, offset).await,
@@ -139,7 +140,7 @@ impl Workload {
                             Outcome::Ok(o) => Some((key.clone(), o.unwrap_or(0), 0)),
                             _ => None,
                         };
-                        self.complete_read(p, node, out, call, call(None));
+                        self.recorder.complete_read(p, node, out, call, call(None));
                         false
                     }
                 }
@@ -148,33 +149,6 @@ impl Workload {
                 process += self.concurrency as u64;
                 assigned = None;
             }
-        }
-    }
-
-    /// Records the completion of an operation with effects; true when its
-    /// outcome is unknown (the process must retire).
-    fn complete<T>(&self, p: Process, node: u64, out: Outcome<T>, ok: impl FnOnce(T) -> Call, plain: Call) -> bool {
-        match out {
-            Outcome::Ok(v) => {
-                self.recorder.record(p, OpType::Ok, ok(v), Some(node), None);
-                false
-            }
-            Outcome::Fail(e) => {
-                self.recorder.record(p, OpType::Fail, plain, Some(node), Some(e));
-                false
-            }
-            Outcome::Unknown(e) => {
-                self.recorder.record(p, OpType::Info, plain, Some(node), Some(e));
-                true
-            }
-        }
-    }
-
-    /// Records a read's completion: one that did not answer changed nothing.
-    fn complete_read<T>(&self, p: Process, node: u64, out: Outcome<T>, ok: impl FnOnce(T) -> Call, plain: Call) {
-        match out {
-            Outcome::Ok(v) => self.recorder.record(p, OpType::Ok, ok(v), Some(node), None),
-            Outcome::Fail(e) | Outcome::Unknown(e) => self.recorder.record(p, OpType::Fail, plain, Some(node), Some(e)),
         }
     }
 
