@@ -1,4 +1,4 @@
-//! The checker: six checks over a history, in the manner of Jepsen's queue
+//! The checker: seven checks over a history, in the manner of Jepsen's queue
 //! and Kafka checkers, plus the replica logs and commit-index samples the
 //! harness collected (see `observations`).
 //!
@@ -14,13 +14,14 @@
 //!    least be somewhere in each node's drain. Every value read (poll or
 //!    drain) was sent to that key (`phantom-read`: never sent; `wrong-key`:
 //!    sent to another key), and not by a send that certainly failed
-//!    (`failed-write-read`). After healing every replica serves the same
+//!    (`failed-write-read`); timed and transactional sends count as sends
+//!    here. After healing every replica serves the same
 //!    queue: drains of one key from different nodes have the same length
 //!    (`replica-divergence`; differing contents show as inconsistent offsets),
 //!    and a key with acknowledged sends has an ok drain from every node that
 //!    was drained at all (`undrained`: otherwise its writes go unverified).
-//! 3. `duplicates`: a value stored at two or more distinct (key, offset)
-//!    positions, as read. A `duplicate` fails the check; when the value's
+//! 3. `duplicates`: a value of a plain send stored at two or more distinct
+//!    (key, offset) positions, as read (held values: check 6). A `duplicate` fails the check; when the value's
 //!    send had an unknown outcome (`info`, or never completed) it is a
 //!    `duplicate-after-unknown`, reported but not judged: the harness never
 //!    retries a send, but a broker that forwards a write to the leader may
@@ -48,7 +49,32 @@
 //!    except into an incarnation that began with a simulated power loss:
 //!    the broker keeps its committed index without fsync, as Raft allows
 //!    (`commit-index-regressed-after-power-loss`, reported, not judged).
-//! 6. `availability`: reported, not judged (always passed). Counts, rates,
+//! 6. `held-messages`: timed and transactional messages. A held value is
+//!    never at two positions, whatever its send's outcome (`timed-duplicate`,
+//!    `txn-duplicate`: the broker releases each held message once, under a
+//!    guard, and never retries a send). An ok timed send is, once due (by
+//!    the history's clock, before the drain began), in the drain of every
+//!    node that drained its key (`timed-lost`); one read before it was due
+//!    is `timed-visible-early`, reported, not judged (a skewed leader clock
+//!    releases early). A transaction ends once: by its producer's ok
+//!    `txn-end`, or by an ok `txn-check` answer, or else by a check-back
+//!    answered by [`check_back_answer`]. What each may have ended as:
+//!    - an ok `txn-end` or `txn-check` is certain: its resolution, and
+//!      nothing else; two ok ones are a `txn-resolved-twice` (the broker
+//!      refuses to end a transaction that is no longer pending);
+//!    - otherwise the check-back's answer; and also the resolution of any
+//!      end or answer whose outcome is unknown; and also "not visible" when
+//!      the send's outcome is unknown (never stored) or when the history has
+//!      no ok `settle` (it may still be pending at the drain). A `txn-end`
+//!      that failed changed nothing (refused, or the check-back came first).
+//!
+//!    A transaction that may only have committed is in the drain of every
+//!    node that drained its key (`committed-lost`); one that cannot have
+//!    committed is never read, by a poll or a drain (`rolled-back-visible`).
+//!    Transactions whose sends all failed are left to `failed-write-read`.
+//!    A held key with an ok held send must have an ok drain from every node
+//!    drained at all (`held-undrained`).
+//! 7. `availability`: reported, not judged (always passed). Counts, rates,
 //!    latencies and the longest stretches without an ok send, overall and
 //!    around each fault, in [`Stats`].
 //!
@@ -67,7 +93,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{Call, NemesisAction, Op, OpType, Process, pairs};
+use crate::history::{Call, NemesisAction, Op, OpType, Process, Resolution, check_back_answer, pairs};
 use crate::observations::{CommitSample, ReplicaLog};
 
 /// Anomalies kept per kind in [`CheckResult::anomalies`]; all are counted.
@@ -84,7 +110,11 @@ const MAX_REMEMBERED: usize = 16;
 /// How long after a fault stops its window for availability gaps extends.
 const FAULT_TAIL_NS: u64 = 10_000_000_000;
 /// Kinds that are reported but do not fail their check.
-const NOT_JUDGED_KINDS: &[&str] = &["duplicate-after-unknown", "commit-index-regressed-after-power-loss"];
+const NOT_JUDGED_KINDS: &[&str] = &[
+    "duplicate-after-unknown",
+    "commit-index-regressed-after-power-loss",
+    "timed-visible-early",
+];
 
 /// What the checker reads.
 pub struct Inputs<'a> {
@@ -200,18 +230,52 @@ pub struct Stats {
     /// The longest stretch without an ok send completion, from the first
     /// send invocation to the last send operation.
     pub longest_gap_overall_ms: f64,
+    pub held: HeldStats,
+}
+
+/// What the `held-messages` check counts: completions of timed and
+/// transactional operations by outcome.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HeldStats {
+    pub timed_sends_ok: u64,
+    pub timed_sends_failed: u64,
+    pub timed_sends_info: u64,
+    /// Timed values read before they were due (by the history's clock).
+    pub timed_visible_early: u64,
+    pub txn_sends_ok: u64,
+    pub txn_sends_failed: u64,
+    pub txn_sends_info: u64,
+    /// Producers' ends, by outcome and resolution.
+    pub commits_ok: u64,
+    pub rollbacks_ok: u64,
+    pub ends_failed: u64,
+    pub ends_info: u64,
+    /// Ok transactional sends whose process invoked no end.
+    pub left_to_check_back: u64,
+    /// Answers to the broker's check-backs, by outcome and resolution.
+    pub checks_commit_ok: u64,
+    pub checks_rollback_ok: u64,
+    pub checks_failed: u64,
+    pub checks_info: u64,
+    /// No node held a timed or half message before the drain (an ok `settle`).
+    pub settled: bool,
 }
 
 /// Runs every check.
 pub fn check(inputs: &Inputs) -> Results {
     let facts = Facts::new(inputs.ops);
-    let (availability, stats) = availability(&facts);
+    let drains = Drains::new(&facts);
+    let (availability, mut stats) = availability(&facts);
+    let (held, held_stats) = held_messages(&facts, &drains);
+    stats.held = held_stats;
     let checks = vec![
         unique_offsets(&facts),
-        no_lost_writes(&facts),
+        no_lost_writes(&facts, &drains),
         duplicates(&facts),
         monotonic_consumers(&facts),
         replicas(inputs.replicas, inputs.commits),
+        held,
         availability,
     ];
     let valid = checks.iter().all(|c| !c.judged || c.passed);
@@ -290,6 +354,33 @@ impl Attempt {
     }
 }
 
+/// What a held value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeldKind {
+    /// Due at this time of the history's clock.
+    Timed {
+        due: u64,
+    },
+    Txn,
+}
+
+/// A timed or transactional value: what it is and where it was sent (its
+/// first send's key).
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    kind: HeldKind,
+    key: usize,
+}
+
+/// One attempt to end a transaction: its producer's `txn-end`, or an
+/// answer to a check-back.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    attempt: Attempt,
+    resolution: Resolution,
+    check_back: bool,
+}
+
 struct Facts<'a> {
     ops: &'a [Op],
     keys: Interner<'a>,
@@ -301,8 +392,13 @@ struct Facts<'a> {
     inv_of: Vec<Option<usize>>,
     /// Per invocation position: its completion's position.
     done_of: Vec<Option<usize>>,
-    /// Every send attempt, by value.
+    /// Every send attempt (plain, timed or transactional), by value.
     sends: HashMap<u64, Vec<Attempt>>,
+    /// Timed and transactional values, and the order they were first sent.
+    held: HashMap<u64, Held>,
+    held_order: Vec<u64>,
+    /// Attempts to end each transaction, by value.
+    ends: HashMap<u64, Vec<End>>,
 }
 
 impl<'a> Facts<'a> {
@@ -335,29 +431,56 @@ impl<'a> Facts<'a> {
                 *b = Some(c);
             }
         }
-        let mut sends: HashMap<u64, Vec<Attempt>> = HashMap::new();
-        for (pos, op) in ops.iter().enumerate() {
-            let Call::Send { value, .. } = &op.call else {
-                continue;
-            };
-            let attempt = if op.is_invoke() {
-                Attempt {
+        // An operation with effects as one attempt: at its invocation, or
+        // at a completion that has none.
+        let attempt = |pos: usize| {
+            if ops[pos].is_invoke() {
+                Some(Attempt {
                     key: key[pos],
                     inv: Some(pos),
                     done: done_of[pos],
                     outcome: done_of[pos].map(|c| ops[c].kind),
-                }
+                })
             } else if inv_of[pos].is_none() {
-                Attempt {
+                Some(Attempt {
                     key: key[pos],
                     inv: None,
                     done: Some(pos),
-                    outcome: Some(op.kind),
-                }
+                    outcome: Some(ops[pos].kind),
+                })
             } else {
-                continue;
+                None
+            }
+        };
+        let mut sends: HashMap<u64, Vec<Attempt>> = HashMap::new();
+        let mut held: HashMap<u64, Held> = HashMap::new();
+        let mut held_order = Vec::new();
+        let mut ends: HashMap<u64, Vec<End>> = HashMap::new();
+        for (pos, op) in ops.iter().enumerate() {
+            let (value, kind) = match &op.call {
+                Call::Send { value, .. } => (*value, None),
+                Call::TimedSend { value, due, .. } => (*value, Some(HeldKind::Timed { due: *due })),
+                Call::TxnSend { value, .. } => (*value, Some(HeldKind::Txn)),
+                Call::TxnEnd { value, resolution, .. } | Call::TxnCheck { value, resolution, .. } => {
+                    if let Some(attempt) = attempt(pos) {
+                        ends.entry(*value).or_default().push(End {
+                            attempt,
+                            resolution: *resolution,
+                            check_back: matches!(op.call, Call::TxnCheck { .. }),
+                        });
+                    }
+                    continue;
+                }
+                _ => continue,
             };
-            sends.entry(*value).or_default().push(attempt);
+            let Some(attempt) = attempt(pos) else { continue };
+            sends.entry(value).or_default().push(attempt);
+            if let Some(kind) = kind
+                && let Entry::Vacant(e) = held.entry(value)
+            {
+                e.insert(Held { kind, key: key[pos] });
+                held_order.push(value);
+            }
         }
         Facts {
             ops,
@@ -367,6 +490,9 @@ impl<'a> Facts<'a> {
             inv_of,
             done_of,
             sends,
+            held,
+            held_order,
+            ends,
         }
     }
 
@@ -549,56 +675,104 @@ fn unique_offsets(f: &Facts) -> CheckResult {
 // ---------------------------------------------------------------------------
 // 2. no-lost-writes
 
-fn no_lost_writes(f: &Facts) -> CheckResult {
-    let mut sink = Sink::new(f.ops);
-    // Each node's drained queue per key: the first value at each offset, and
-    // any other value another drain of the same node found there.
-    let mut drain_at: HashMap<(usize, u64, u64), u64> = HashMap::new();
-    let mut drain_extra: HashSet<(usize, u64, u64, u64)> = HashSet::new();
-    let mut drain_len: HashMap<(usize, u64), u64> = HashMap::new();
-    // (key, node) -> its ok drains (the first few), ordered for a
-    // deterministic report.
-    let mut drained: BTreeMap<(usize, u64), Vec<usize>> = BTreeMap::new();
-    for (pos, op) in f.ops.iter().enumerate() {
-        let (OpType::Ok, Call::Drain { node, msgs, .. }) = (op.kind, &op.call) else {
-            continue;
+/// Every node's ok drains, indexed once for the checks that hold sends
+/// against them.
+struct Drains {
+    /// (key, node, offset) -> the first value a drain of the node found there.
+    at: HashMap<(usize, u64, u64), u64>,
+    /// (key, node, offset, value): other values other drains of the same
+    /// node found there.
+    extra: HashSet<(usize, u64, u64, u64)>,
+    /// (key, node, value): every value anywhere in a node's drains of a key.
+    values: HashSet<(usize, u64, u64)>,
+    /// (key, node) -> the offsets drained.
+    len: HashMap<(usize, u64), u64>,
+    /// (key, node) -> its ok drains (the first few), ordered for a
+    /// deterministic report.
+    drained: BTreeMap<(usize, u64), Vec<usize>>,
+    /// Every node that was drained at all (ok or not): each key with an
+    /// acknowledged send must have an ok drain from each of them.
+    nodes: BTreeSet<u64>,
+}
+
+impl Drains {
+    fn new(f: &Facts) -> Drains {
+        let mut d = Drains {
+            at: HashMap::new(),
+            extra: HashSet::new(),
+            values: HashSet::new(),
+            len: HashMap::new(),
+            drained: BTreeMap::new(),
+            nodes: BTreeSet::new(),
         };
-        let key = f.key[pos];
-        let drains = drained.entry((key, *node)).or_default();
-        if drains.len() < MAX_DRAINS_NAMED {
-            drains.push(pos);
-        }
-        let len = drain_len.entry((key, *node)).or_insert(0);
-        for &(o, v) in msgs {
-            match drain_at.entry((key, *node, o)) {
-                Entry::Vacant(e) => {
-                    e.insert(v);
-                    *len += 1;
-                }
-                Entry::Occupied(e) => {
-                    if *e.get() != v {
-                        drain_extra.insert((key, *node, o, v));
+        for (pos, op) in f.ops.iter().enumerate() {
+            let Call::Drain { node, msgs, .. } = &op.call else {
+                continue;
+            };
+            d.nodes.insert(*node);
+            if op.kind != OpType::Ok {
+                continue;
+            }
+            let key = f.key[pos];
+            let drains = d.drained.entry((key, *node)).or_default();
+            if drains.len() < MAX_DRAINS_NAMED {
+                drains.push(pos);
+            }
+            let len = d.len.entry((key, *node)).or_insert(0);
+            for &(o, v) in msgs {
+                d.values.insert((key, *node, v));
+                match d.at.entry((key, *node, o)) {
+                    Entry::Vacant(e) => {
+                        e.insert(v);
+                        *len += 1;
+                    }
+                    Entry::Occupied(e) => {
+                        if *e.get() != v {
+                            d.extra.insert((key, *node, o, v));
+                        }
                     }
                 }
             }
         }
-    }
-    // key -> its drained nodes, in order.
-    let mut nodes_of: BTreeMap<usize, Vec<(u64, &[usize])>> = BTreeMap::new();
-    for (&(key, node), drains) in &drained {
-        nodes_of.entry(key).or_default().push((node, drains));
+        d
     }
 
-    // Every node that was drained at all (ok or not): each key with an
-    // acknowledged send must have an ok drain from each of them.
-    let drain_nodes: BTreeSet<u64> = f
-        .ops
-        .iter()
-        .filter_map(|op| match &op.call {
-            Call::Drain { node, .. } => Some(*node),
-            _ => None,
-        })
-        .collect();
+    /// key -> its drained nodes in order, each with its ok drains.
+    fn nodes_of(&self) -> BTreeMap<usize, Vec<(u64, &[usize])>> {
+        let mut nodes_of: BTreeMap<usize, Vec<(u64, &[usize])>> = BTreeMap::new();
+        for (&(key, node), drains) in &self.drained {
+            nodes_of.entry(key).or_default().push((node, drains));
+        }
+        nodes_of
+    }
+
+    /// Reports each key of `keys` (key -> an operation to name) that some
+    /// drained node has no ok drain of, as `kind`: its writes there are
+    /// unverified.
+    fn undrained(&self, f: &Facts, sink: &mut Sink, kind: &str, keys: &BTreeMap<usize, usize>) {
+        for (&key, &pos) in keys {
+            for node in &self.nodes {
+                if self.drained.contains_key(&(key, *node)) {
+                    continue;
+                }
+                sink.add(kind, || {
+                    (
+                        format!(
+                            "key {} has acknowledged sends but no ok drain from node {node}: its writes there are \
+                             unverified",
+                            f.key_name(key)
+                        ),
+                        vec![pos],
+                    )
+                });
+            }
+        }
+    }
+}
+
+fn no_lost_writes(f: &Facts, d: &Drains) -> CheckResult {
+    let mut sink = Sink::new(f.ops);
+    let nodes_of = d.nodes_of();
     let mut acked_on: BTreeMap<usize, usize> = BTreeMap::new();
 
     // Acknowledged sends.
@@ -621,39 +795,35 @@ fn no_lost_writes(f: &Facts) -> CheckResult {
             continue;
         };
         for &(node, drains) in nodes {
-            let there = drain_at.get(&(key, node, o)).copied();
-            if there == Some(*value) || drain_extra.contains(&(key, node, o, *value)) {
+            let there = d.at.get(&(key, node, o)).copied();
+            if there == Some(*value) || d.extra.contains(&(key, node, o, *value)) {
                 continue;
             }
             sink.add("lost-write", || {
                 let found = there.map_or("nothing".to_string(), |v| format!("value {v}"));
-                let d = format!(
+                let detail = format!(
                     "key {} offset {o} value {value} (acknowledged) is missing from node {node}'s drain, \
                      which has {found} there",
                     f.key_name(key)
                 );
                 let mut positions = vec![f.inv_of[pos].unwrap_or(pos), pos];
                 positions.extend(drains);
-                (d, positions)
+                (detail, positions)
             });
         }
     }
-    if !offsetless.is_empty() {
-        let mut values: HashSet<(usize, u64, u64)> = drain_at.iter().map(|(&(k, n, _), &v)| (k, n, v)).collect();
-        values.extend(drain_extra.iter().map(|&(k, n, _, v)| (k, n, v)));
-        for (pos, key, value) in offsetless {
-            for &(node, drains) in nodes_of.get(&key).map(Vec::as_slice).unwrap_or(&[]) {
-                if !values.contains(&(key, node, value)) {
-                    sink.add("lost-write", || {
-                        let d = format!(
-                            "key {} value {value} (acknowledged without an offset) is nowhere in node {node}'s drain",
-                            f.key_name(key)
-                        );
-                        let mut positions = vec![f.inv_of[pos].unwrap_or(pos), pos];
-                        positions.extend(drains);
-                        (d, positions)
-                    });
-                }
+    for (pos, key, value) in offsetless {
+        for &(node, drains) in nodes_of.get(&key).map(Vec::as_slice).unwrap_or(&[]) {
+            if !d.values.contains(&(key, node, value)) {
+                sink.add("lost-write", || {
+                    let detail = format!(
+                        "key {} value {value} (acknowledged without an offset) is nowhere in node {node}'s drain",
+                        f.key_name(key)
+                    );
+                    let mut positions = vec![f.inv_of[pos].unwrap_or(pos), pos];
+                    positions.extend(drains);
+                    (detail, positions)
+                });
             }
         }
     }
@@ -713,7 +883,7 @@ fn no_lost_writes(f: &Facts) -> CheckResult {
             .map(|&(n, drains)| {
                 (
                     n,
-                    drain_len.get(&(*key, n)).copied().unwrap_or(0),
+                    d.len.get(&(*key, n)).copied().unwrap_or(0),
                     drains.first().copied().unwrap_or(NO_ID),
                 )
             })
@@ -721,34 +891,19 @@ fn no_lost_writes(f: &Facts) -> CheckResult {
         if lens.windows(2).any(|w| w[0].1 != w[1].1) {
             sink.add("replica-divergence", || {
                 let each: Vec<String> = lens.iter().map(|(n, l, _)| format!("node {n} has {l}")).collect();
-                let d = format!("key {} drains differ in length: {}", f.key_name(*key), each.join(", "));
-                (d, lens.iter().map(|l| l.2).collect())
+                let detail = format!("key {} drains differ in length: {}", f.key_name(*key), each.join(", "));
+                (detail, lens.iter().map(|l| l.2).collect())
             });
         }
     }
 
-    for (&key, &first_send) in &acked_on {
-        let drained_from: BTreeSet<u64> = nodes_of
-            .get(&key)
-            .map_or_else(BTreeSet::new, |v| v.iter().map(|(n, _)| *n).collect());
-        for node in drain_nodes.difference(&drained_from) {
-            sink.add("undrained", || {
-                (
-                    format!(
-                        "key {} has acknowledged sends but no ok drain from node {node}: its writes there are unverified",
-                        f.key_name(key)
-                    ),
-                    vec![first_send],
-                )
-            });
-        }
-    }
+    d.undrained(f, &mut sink, "undrained", &acked_on);
 
     let mut description = format!(
         "Every acknowledged send is at its offset in every node's drain, every value read was sent to that key \
          and not by a failed send, and drains of a key agree in length: {acknowledged} acknowledged sends, \
          {reads} messages read, {} (key, node) drains.",
-        drained.len()
+        d.drained.len()
     );
     if unchecked > 0 {
         let _ = write!(
@@ -797,7 +952,7 @@ fn duplicates(f: &Facts) -> CheckResult {
     let mut seen: HashMap<u64, Vec<(usize, u64, usize)>> = HashMap::new();
     let mut order: Vec<u64> = Vec::new();
     f.each_position(|pos, src, key, offset, value| {
-        if src == Source::Send {
+        if src == Source::Send || f.held.contains_key(&value) {
             return;
         }
         let at = seen.entry(value).or_default();
@@ -1126,7 +1281,289 @@ fn replicas(replicas: &[ReplicaLog], commits: &[CommitSample]) -> CheckResult {
 }
 
 // ---------------------------------------------------------------------------
-// 6. availability
+// 6. held-messages
+
+fn held_messages(f: &Facts, d: &Drains) -> (CheckResult, HeldStats) {
+    /// Where a held value was read: its distinct (key, offset) positions
+    /// with the first reader of each, and the earliest read (completion
+    /// time, position).
+    struct Reads {
+        at: Vec<(usize, u64, usize)>,
+        first: (u64, usize),
+    }
+    let stats = held_stats(f);
+    let mut sink = Sink::new(f.ops);
+    let mut reads: HashMap<u64, Reads> = HashMap::new();
+    f.each_position(|pos, src, key, offset, value| {
+        if src == Source::Send || !f.held.contains_key(&value) {
+            return;
+        }
+        let time = f.ops[pos].time;
+        let r = reads.entry(value).or_insert(Reads {
+            at: Vec::new(),
+            first: (time, pos),
+        });
+        if r.at.len() < MAX_REMEMBERED && !r.at.iter().any(|&(k, o, _)| k == key && o == offset) {
+            r.at.push((key, offset, pos));
+        }
+        if time < r.first.0 {
+            r.first = (time, pos);
+        }
+    });
+    let nodes_of = d.nodes_of();
+    // Held keys with an ok held send -> that send, for `held-undrained`.
+    let mut acked_on: BTreeMap<usize, usize> = BTreeMap::new();
+    for &value in &f.held_order {
+        let Some(&held) = f.held.get(&value) else { continue };
+        let attempts = f.sends.get(&value).map(Vec::as_slice).unwrap_or(&[]);
+        let acked = attempts.iter().find(|a| a.outcome == Some(OpType::Ok));
+        let unsure = attempts.iter().any(Attempt::unknown);
+        // Values whose sends all failed are `failed-write-read`'s.
+        if acked.is_none() && !unsure {
+            continue;
+        }
+        if let Some(a) = acked {
+            acked_on.entry(held.key).or_insert(a.done.unwrap_or(NO_ID));
+        }
+        let read = reads.get(&value);
+        let involved = || {
+            let mut positions = send_positions(f, value);
+            positions.extend(
+                f.ends
+                    .get(&value)
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|e| e.attempt.inv.into_iter().chain(e.attempt.done))
+                    .take(MAX_OPS_PER_ANOMALY / 4),
+            );
+            positions
+        };
+        // In every node's drain of its key that began at or after `from`.
+        let missing = |sink: &mut Sink, kind: &str, from: u64| {
+            for &(node, drains) in nodes_of.get(&held.key).map(Vec::as_slice).unwrap_or(&[]) {
+                let start = drains.first().map_or(0, |&p| f.ops[f.inv_of[p].unwrap_or(p)].time);
+                if start < from || d.values.contains(&(held.key, node, value)) {
+                    continue;
+                }
+                sink.add(kind, || {
+                    let detail = format!(
+                        "key {} value {value} is missing from node {node}'s drain",
+                        f.key_name(held.key)
+                    );
+                    let mut positions = involved();
+                    positions.extend(drains);
+                    (detail, positions)
+                });
+            }
+        };
+        match held.kind {
+            HeldKind::Timed { due } => {
+                if acked.is_some() {
+                    missing(&mut sink, "timed-lost", due);
+                }
+                if let Some(r) = read
+                    && r.first.0 < due
+                {
+                    sink.add("timed-visible-early", || {
+                        let detail = format!("value {value} was read {:.1} ms before it was due", ms(due - r.first.0));
+                        let mut positions = involved();
+                        positions.push(r.first.1);
+                        (detail, positions)
+                    });
+                }
+            }
+            HeldKind::Txn => {
+                let ok_ends: Vec<&End> = f
+                    .ends
+                    .get(&value)
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| e.attempt.outcome == Some(OpType::Ok))
+                    .collect();
+                if ok_ends.len() > 1 {
+                    sink.add("txn-resolved-twice", || {
+                        let each: Vec<String> = ok_ends
+                            .iter()
+                            .map(|e| {
+                                let by = if e.check_back {
+                                    "a check-back answer"
+                                } else {
+                                    "its producer"
+                                };
+                                format!("{:?} by {by}", e.resolution)
+                            })
+                            .collect();
+                        let detail = format!(
+                            "the transaction of value {value} ended ok {} times: {}",
+                            ok_ends.len(),
+                            each.join(", ")
+                        );
+                        (detail, involved())
+                    });
+                }
+                let (may_commit, may_hide) = txn_outcomes(f, value, stats.settled, acked.is_none());
+                if may_commit && !may_hide {
+                    missing(&mut sink, "committed-lost", 0);
+                }
+                if let Some(r) = read
+                    && !may_commit
+                {
+                    sink.add("rolled-back-visible", || {
+                        let at: Vec<String> =
+                            r.at.iter()
+                                .map(|&(k, o, _)| format!("key {} offset {o}", f.key_name(k)))
+                                .collect();
+                        let detail = format!(
+                            "value {value}, whose transaction cannot have committed, was read at {}",
+                            at.join(", ")
+                        );
+                        let mut positions = involved();
+                        positions.extend(r.at.iter().map(|a| a.2));
+                        (detail, positions)
+                    });
+                }
+            }
+        }
+        if let Some(r) = read
+            && r.at.len() > 1
+        {
+            let kind = match held.kind {
+                HeldKind::Timed { .. } => "timed-duplicate",
+                HeldKind::Txn => "txn-duplicate",
+            };
+            sink.add(kind, || {
+                let at: Vec<String> =
+                    r.at.iter()
+                        .map(|&(k, o, p)| format!("key {} offset {o} (op {})", f.key_name(k), f.ops[p].index))
+                        .collect();
+                let detail = format!("value {value} read at {} positions: {}", r.at.len(), at.join(", "));
+                let mut positions = involved();
+                positions.extend(r.at.iter().map(|a| a.2));
+                (detail, positions)
+            });
+        }
+    }
+    d.undrained(f, &mut sink, "held-undrained", &acked_on);
+    let s = &stats;
+    let mut description = format!(
+        "A timed message is read once and, once due, from every node; a transaction is read once if it \
+         committed and never if it rolled back. Timed sends: {} ok, {} failed, {} unknown. Transactional \
+         sends: {} ok, {} failed, {} unknown; their producers committed {} and rolled back {} ({} ends refused, \
+         {} unknown) and left {} to the check-back, whose answers committed {} and rolled back {} ({} refused, \
+         {} unknown).",
+        s.timed_sends_ok,
+        s.timed_sends_failed,
+        s.timed_sends_info,
+        s.txn_sends_ok,
+        s.txn_sends_failed,
+        s.txn_sends_info,
+        s.commits_ok,
+        s.rollbacks_ok,
+        s.ends_failed,
+        s.ends_info,
+        s.left_to_check_back,
+        s.checks_commit_ok,
+        s.checks_rollback_ok,
+        s.checks_failed,
+        s.checks_info
+    );
+    if !s.settled {
+        description.push_str(
+            " Held messages did not settle before the drain: transactions left to the check-back were not \
+             judged lost.",
+        );
+    }
+    let mut stats = stats;
+    stats.timed_visible_early = sink.count("timed-visible-early");
+    (sink.finish("held-messages", description), stats)
+}
+
+/// What the transaction of `value` may have ended as: (committed, not
+/// visible), by the rules in the module documentation. `unsent`: no send
+/// of it was acknowledged (its outcome is unknown).
+fn txn_outcomes(f: &Facts, value: u64, settled: bool, unsent: bool) -> (bool, bool) {
+    let ends = f.ends.get(&value).map(Vec::as_slice).unwrap_or(&[]);
+    let (mut commit, mut hide) = (false, false);
+    let mut may_be = |r: Resolution| match r {
+        Resolution::Commit => commit = true,
+        Resolution::Rollback => hide = true,
+    };
+    let certain: Vec<Resolution> = ends
+        .iter()
+        .filter(|e| e.attempt.outcome == Some(OpType::Ok))
+        .map(|e| e.resolution)
+        .collect();
+    if !certain.is_empty() {
+        certain.into_iter().for_each(&mut may_be);
+        return (commit, hide);
+    }
+    may_be(check_back_answer(value));
+    ends.iter()
+        .filter(|e| e.attempt.unknown())
+        .for_each(|e| may_be(e.resolution));
+    (commit, hide || unsent || !settled)
+}
+
+/// The held operations' completions, counted.
+fn held_stats(f: &Facts) -> HeldStats {
+    let mut s = HeldStats::default();
+    for op in f.ops {
+        let (ok, failed, info) = match &op.call {
+            Call::TimedSend { .. } => (
+                &mut s.timed_sends_ok,
+                &mut s.timed_sends_failed,
+                &mut s.timed_sends_info,
+            ),
+            Call::TxnSend { .. } => (&mut s.txn_sends_ok, &mut s.txn_sends_failed, &mut s.txn_sends_info),
+            Call::TxnEnd { resolution, .. } => (
+                match resolution {
+                    Resolution::Commit => &mut s.commits_ok,
+                    Resolution::Rollback => &mut s.rollbacks_ok,
+                },
+                &mut s.ends_failed,
+                &mut s.ends_info,
+            ),
+            Call::TxnCheck { resolution, .. } => (
+                match resolution {
+                    Resolution::Commit => &mut s.checks_commit_ok,
+                    Resolution::Rollback => &mut s.checks_rollback_ok,
+                },
+                &mut s.checks_failed,
+                &mut s.checks_info,
+            ),
+            Call::Settle {} => {
+                s.settled |= op.kind == OpType::Ok;
+                continue;
+            }
+            _ => continue,
+        };
+        match op.kind {
+            OpType::Ok => *ok += 1,
+            OpType::Fail => *failed += 1,
+            OpType::Info => *info += 1,
+            OpType::Invoke => {}
+        }
+    }
+    s.left_to_check_back = f
+        .held_order
+        .iter()
+        .filter(|v| f.held.get(v).is_some_and(|h| h.kind == HeldKind::Txn))
+        .filter(|v| {
+            let acked = f
+                .sends
+                .get(v)
+                .into_iter()
+                .flatten()
+                .any(|a| a.outcome == Some(OpType::Ok));
+            let ended = f.ends.get(v).into_iter().flatten().any(|e| !e.check_back);
+            acked && !ended
+        })
+        .count() as u64;
+    s
+}
+
+// ---------------------------------------------------------------------------
+// 7. availability
 
 fn availability(f: &Facts) -> (CheckResult, Stats) {
     let mut s = Stats::default();
@@ -1166,7 +1603,8 @@ fn availability(f: &Facts) -> (CheckResult, Stats) {
             }
             continue;
         }
-        if !matches!(op.call, Call::Drain { .. }) {
+        // The workload's window leaves out what the harness does itself.
+        if !matches!(op.call, Call::Drain { .. } | Call::Settle {} | Call::TxnCheck { .. }) {
             first_client = Some(first_client.map_or(t, |x| x.min(t)));
             last_client = Some(last_client.map_or(t, |x| x.max(t)));
         }
@@ -1194,7 +1632,13 @@ fn availability(f: &Facts) -> (CheckResult, Stats) {
             Call::Assign { .. } => (&mut s.assigns_ok, &mut s.assigns_failed, &mut s.assigns_info),
             Call::Commit { .. } => (&mut s.commits_ok, &mut s.commits_failed, &mut s.commits_info),
             Call::Drain { .. } => (&mut s.drains_ok, &mut s.drains_failed, &mut s.drains_info),
-            Call::Nemesis { .. } => continue,
+            // Counted by the held-messages check.
+            Call::TimedSend { .. }
+            | Call::TxnSend { .. }
+            | Call::TxnEnd { .. }
+            | Call::TxnCheck { .. }
+            | Call::Settle {}
+            | Call::Nemesis { .. } => continue,
         };
         match op.kind {
             OpType::Ok => *ok += 1,
@@ -1356,7 +1800,7 @@ impl Gaps {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::NEMESIS;
+    use crate::history::{CHECK_PROCESS, NEMESIS, SETTLE_PROCESS};
     use crate::observations::LogRecord;
 
     const MS: u64 = 1_000_000;
@@ -1435,6 +1879,57 @@ mod tests {
         fn drain(&mut self, p: u64, key: &str, node: u64, msgs: &[(u64, u64)]) -> u64 {
             self.invoke(p, drain(key, node, &[]));
             self.done(p, OpType::Ok, drain(key, node, msgs))
+        }
+
+        /// A timed send due `due_ms` into the history, and its completion.
+        fn timed(&mut self, p: u64, key: &str, value: u64, due_ms: u64, kind: OpType) -> u64 {
+            let call = Call::TimedSend {
+                key: key.into(),
+                value,
+                due: due_ms * MS,
+            };
+            self.invoke(p, call.clone());
+            self.done(p, kind, call)
+        }
+
+        /// A transactional send and its completion.
+        fn txn(&mut self, p: u64, key: &str, value: u64, kind: OpType) -> u64 {
+            let call = |transaction_id| Call::TxnSend {
+                key: key.into(),
+                value,
+                transaction_id,
+            };
+            self.invoke(p, call(None));
+            let id = (kind == OpType::Ok).then(|| format!("x1.{value}.0"));
+            self.done(p, kind, call(id))
+        }
+
+        /// The producer's end of a transaction (or, from a process at or
+        /// above CHECK_PROCESS, a check-back answer) and its completion.
+        fn end(&mut self, p: u64, key: &str, value: u64, resolution: Resolution, kind: OpType) -> u64 {
+            let transaction_id = format!("x1.{value}.0");
+            let call = if p >= CHECK_PROCESS {
+                Call::TxnCheck {
+                    key: key.into(),
+                    value,
+                    resolution,
+                    transaction_id,
+                }
+            } else {
+                Call::TxnEnd {
+                    key: key.into(),
+                    value,
+                    resolution,
+                    transaction_id,
+                }
+            };
+            self.invoke(p, call.clone());
+            self.done(p, kind, call)
+        }
+
+        fn settle(&mut self, kind: OpType) -> u64 {
+            self.invoke(SETTLE_PROCESS, Call::Settle {});
+            self.done(SETTLE_PROCESS, kind, Call::Settle {})
         }
 
         fn nemesis(&mut self, action: NemesisAction, fault: &str) -> u64 {
@@ -1607,6 +2102,7 @@ mod tests {
                 "duplicates",
                 "monotonic-consumers",
                 "replicas",
+                "held-messages",
                 "availability"
             ]
         );
@@ -1617,9 +2113,9 @@ mod tests {
                 .all(|c| c.passed && c.anomalies.is_empty() && c.counts.is_empty())
         );
         assert!(!result(&r, "availability").judged);
-        assert_eq!((r.passed(), r.failed()), (5, 0));
+        assert_eq!((r.passed(), r.failed()), (6, 0));
         let s = summary(&r);
-        assert!(s.ends_with("\n5 passed, 0 failed"), "{s}");
+        assert!(s.ends_with("\n6 passed, 0 failed"), "{s}");
         assert!(s.contains("PASS unique-offsets"), "{s}");
         assert!(s.contains("INFO availability"), "{s}");
         assert!(!result(&r, "replicas").description.contains("no replica logs"));
@@ -1629,7 +2125,7 @@ mod tests {
     fn an_empty_history_passes_with_notes() {
         let r = H::default().check();
         assert!(r.valid, "{}", summary(&r));
-        assert_eq!((r.passed(), r.failed()), (5, 0));
+        assert_eq!((r.passed(), r.failed()), (6, 0));
         let d = &result(&r, "replicas").description;
         assert!(d.contains("no replica logs were collected"), "{d}");
         assert!(d.contains("no commit-index samples were collected"), "{d}");
@@ -2134,6 +2630,246 @@ mod tests {
         assert_eq!(count(&r, "replicas", "commit-index-regressed"), 1, "{}", summary(&r));
     }
 
+    // -----------------------------------------------------------------------
+    // held-messages
+
+    use Resolution::{Commit, Rollback};
+
+    /// Every way a held message may go right: timed sends ok, unknown and
+    /// failed; transactions committed, rolled back, left to the check-back,
+    /// ended after the check-back came first, ended with an unknown outcome,
+    /// sent with an unknown outcome; a consumer reading the released ones.
+    fn held_clean() -> H {
+        let mut h = H::default();
+        h.timed(1, "h", 100, 5, OpType::Ok);
+        h.timed(1, "h", 102, 6, OpType::Info);
+        h.timed(1, "h", 104, 7, OpType::Fail);
+        h.timed(2, "h", 106, 8, OpType::Info); // never stored
+        h.txn(3, "h", 11, OpType::Ok);
+        h.end(3, "h", 11, Commit, OpType::Ok);
+        h.txn(3, "h", 12, OpType::Ok);
+        h.end(3, "h", 12, Rollback, OpType::Ok);
+        h.txn(3, "h", 13, OpType::Ok); // left: odd commits
+        h.txn(3, "h", 14, OpType::Ok); // left: even rolls back
+        h.txn(3, "h", 16, OpType::Ok);
+        h.end(3, "h", 16, Commit, OpType::Info); // may have committed
+        h.txn(3, "h", 18, OpType::Ok);
+        h.end(CHECK_PROCESS, "h", 18, Rollback, OpType::Ok);
+        h.end(3, "h", 18, Commit, OpType::Fail); // the check-back came first
+        h.txn(4, "h", 15, OpType::Info); // stored after all: the check-back commits it
+        h.txn(5, "h", 17, OpType::Fail);
+        h.end(CHECK_PROCESS, "h", 13, Commit, OpType::Ok);
+        h.end(CHECK_PROCESS, "h", 14, Rollback, OpType::Ok);
+        h.end(CHECK_PROCESS, "h", 13, Commit, OpType::Fail); // a stale check-back
+        h.end(CHECK_PROCESS, "h", 15, Commit, OpType::Ok);
+        let released = [(0, 100), (1, 11), (2, 102), (3, 13), (4, 16), (5, 15)];
+        h.assign(6, "h", "g", OpType::Ok, None);
+        h.poll(6, "h", "g", 0, &released[..3]);
+        h.settle(OpType::Ok);
+        drain_all(&mut h, "h", &released);
+        h
+    }
+
+    #[test]
+    fn a_clean_held_history_passes_every_check() {
+        let r = held_clean().check();
+        assert!(r.valid, "{}", summary(&r));
+        assert!(r.checks.iter().all(|c| c.counts.is_empty()), "{}", summary(&r));
+        let s = &r.stats.held;
+        assert_eq!((s.timed_sends_ok, s.timed_sends_failed, s.timed_sends_info), (1, 1, 2));
+        assert_eq!((s.txn_sends_ok, s.txn_sends_failed, s.txn_sends_info), (6, 1, 1));
+        assert_eq!((s.commits_ok, s.rollbacks_ok, s.ends_failed, s.ends_info), (1, 1, 1, 1));
+        assert_eq!(s.left_to_check_back, 2);
+        assert_eq!(
+            (s.checks_commit_ok, s.checks_rollback_ok, s.checks_failed, s.checks_info),
+            (2, 2, 1, 0)
+        );
+        assert!(s.settled && s.timed_visible_early == 0);
+        // Held operations are not plain sends.
+        assert_eq!(r.stats.sends_ok, 0);
+        let d = &result(&r, "held-messages").description;
+        assert!(d.contains("Timed sends: 1 ok, 1 failed, 2 unknown"), "{d}");
+    }
+
+    #[test]
+    fn a_due_timed_message_missing_from_a_drain_is_lost() {
+        let mut h = H::default();
+        let s = h.timed(1, "h", 100, 5, OpType::Ok);
+        // Due long after the drains: not judged.
+        h.timed(1, "h", 101, 60_000, OpType::Ok);
+        h.settle(OpType::Fail);
+        h.drain(101, "h", 1, &[(0, 100)]);
+        h.drain(102, "h", 2, &[(0, 100)]);
+        let d3 = h.drain(103, "h", 3, &[]);
+        let r = h.check();
+        // Node 3's shorter drain is also a replica divergence.
+        assert_eq!(count(&r, "held-messages", "timed-lost"), 1, "{}", summary(&r));
+        let a = anomaly(&r, "held-messages", "timed-lost");
+        assert!(a.detail.contains("value 100 is missing from node 3"), "{}", a.detail);
+        assert!(a.ops.contains(&s) && a.ops.contains(&d3), "{:?}", a.ops);
+        assert!(!r.valid);
+    }
+
+    #[test]
+    fn a_timed_value_at_two_offsets_is_a_duplicate_whatever_its_send() {
+        let mut h = H::default();
+        h.timed(1, "h", 100, 2, OpType::Info);
+        drain_all(&mut h, "h", &[(0, 100), (1, 100)]);
+        let r = h.check();
+        only_failure(&r, "held-messages", "timed-duplicate");
+        assert!(
+            anomaly(&r, "held-messages", "timed-duplicate")
+                .detail
+                .contains("value 100 read at 2 positions")
+        );
+    }
+
+    #[test]
+    fn a_timed_value_read_before_it_is_due_is_reported() {
+        let mut h = H::default();
+        h.timed(1, "h", 100, 1_000, OpType::Ok);
+        h.assign(6, "h", "g", OpType::Ok, None);
+        h.poll(6, "h", "g", 0, &[(0, 100)]);
+        h.wait(1_000);
+        h.settle(OpType::Ok);
+        drain_all(&mut h, "h", &[(0, 100)]);
+        let r = h.check();
+        assert!(r.valid, "{}", summary(&r));
+        assert_eq!(count(&r, "held-messages", "timed-visible-early"), 1);
+        assert_eq!(r.stats.held.timed_visible_early, 1);
+    }
+
+    #[test]
+    fn a_committed_transaction_missing_from_a_drain_is_lost() {
+        let mut h = H::default();
+        h.txn(1, "h", 10, OpType::Ok);
+        let e = h.end(1, "h", 10, Commit, OpType::Ok);
+        drain_all(&mut h, "h", &[]);
+        let r = h.check();
+        only_failure(&r, "held-messages", "committed-lost");
+        assert_eq!(count(&r, "held-messages", "committed-lost"), 3);
+        assert!(anomaly(&r, "held-messages", "committed-lost").ops.contains(&e));
+    }
+
+    #[test]
+    fn a_transaction_left_to_the_check_back_is_judged_only_once_settled() {
+        let history = |settled: bool| {
+            let mut h = H::default();
+            // Odd: the check-back commits it; even: rolls it back.
+            h.txn(1, "h", 11, OpType::Ok);
+            h.txn(1, "h", 12, OpType::Ok);
+            h.end(1, "h", 12, Commit, OpType::Info);
+            h.settle(if settled { OpType::Ok } else { OpType::Fail });
+            drain_all(&mut h, "h", &[]);
+            h.check()
+        };
+        let r = history(true);
+        only_failure(&r, "held-messages", "committed-lost");
+        assert_eq!(count(&r, "held-messages", "committed-lost"), 3);
+        assert!(
+            anomaly(&r, "held-messages", "committed-lost")
+                .detail
+                .contains("value 11 ")
+        );
+        let r = history(false);
+        assert!(r.valid, "{}", summary(&r));
+        assert!(result(&r, "held-messages").description.contains("did not settle"));
+    }
+
+    #[test]
+    fn a_rolled_back_transaction_must_never_be_read() {
+        // Rolled back by its producer, read by a poll.
+        let mut h = H::default();
+        h.txn(1, "h", 10, OpType::Ok);
+        let e = h.end(1, "h", 10, Rollback, OpType::Ok);
+        h.assign(6, "h", "g", OpType::Ok, None);
+        let p = h.poll(6, "h", "g", 0, &[(0, 10)]);
+        drain_all(&mut h, "h", &[(0, 10)]);
+        let r = h.check();
+        only_failure(&r, "held-messages", "rolled-back-visible");
+        let a = anomaly(&r, "held-messages", "rolled-back-visible");
+        assert!(a.ops.contains(&e) && a.ops.contains(&p), "{:?}", a.ops);
+
+        // Left with an even value, settled or not; or ended by a check-back
+        // answer although the producer's commit is unknown.
+        for settled in [true, false] {
+            let mut h = H::default();
+            h.txn(1, "h", 12, OpType::Ok);
+            h.txn(2, "h", 14, OpType::Info);
+            h.txn(3, "h", 13, OpType::Ok);
+            h.end(3, "h", 13, Commit, OpType::Info);
+            h.end(CHECK_PROCESS, "h", 13, Rollback, OpType::Ok);
+            h.settle(if settled { OpType::Ok } else { OpType::Fail });
+            drain_all(&mut h, "h", &[(0, 12), (1, 14), (2, 13)]);
+            let r = h.check();
+            only_failure(&r, "held-messages", "rolled-back-visible");
+            assert_eq!(count(&r, "held-messages", "rolled-back-visible"), 3);
+        }
+
+        // An end whose outcome is unknown may have gone either way.
+        for visible in [true, false] {
+            let mut h = H::default();
+            h.txn(1, "h", 12, OpType::Ok);
+            h.end(1, "h", 12, Commit, OpType::Info);
+            h.settle(OpType::Ok);
+            drain_all(&mut h, "h", if visible { &[(0, 12)] } else { &[] });
+            let r = h.check();
+            assert!(r.valid, "{}", summary(&r));
+        }
+    }
+
+    #[test]
+    fn a_transaction_ended_ok_twice_is_resolved_twice() {
+        let mut h = H::default();
+        h.txn(1, "h", 10, OpType::Ok);
+        h.end(CHECK_PROCESS, "h", 10, Rollback, OpType::Ok);
+        h.end(1, "h", 10, Commit, OpType::Ok);
+        h.settle(OpType::Ok);
+        drain_all(&mut h, "h", &[(0, 10)]);
+        let r = h.check();
+        only_failure(&r, "held-messages", "txn-resolved-twice");
+        let a = anomaly(&r, "held-messages", "txn-resolved-twice");
+        assert!(
+            a.detail
+                .contains("Rollback by a check-back answer, Commit by its producer"),
+            "{}",
+            a.detail
+        );
+    }
+
+    #[test]
+    fn a_transaction_at_two_offsets_is_a_duplicate() {
+        let mut h = H::default();
+        h.txn(1, "h", 11, OpType::Ok);
+        h.end(1, "h", 11, Commit, OpType::Ok);
+        h.settle(OpType::Ok);
+        drain_all(&mut h, "h", &[(0, 11), (1, 11)]);
+        let r = h.check();
+        only_failure(&r, "held-messages", "txn-duplicate");
+    }
+
+    #[test]
+    fn a_failed_transactional_send_read_is_a_failed_write_read() {
+        let mut h = H::default();
+        h.txn(1, "h", 11, OpType::Fail);
+        h.settle(OpType::Ok);
+        drain_all(&mut h, "h", &[(0, 11)]);
+        let r = h.check();
+        only_failure(&r, "no-lost-writes", "failed-write-read");
+    }
+
+    #[test]
+    fn a_held_key_without_an_ok_drain_from_every_drained_node_is_undrained() {
+        let mut h = H::default();
+        h.timed(1, "h", 100, 5, OpType::Ok);
+        h.settle(OpType::Ok);
+        h.drain(101, "h", 1, &[(0, 100)]);
+        drain_all(&mut h, "k", &[]);
+        let r = h.check();
+        only_failure(&r, "held-messages", "held-undrained");
+        assert_eq!(count(&r, "held-messages", "held-undrained"), 2);
+    }
+
     #[test]
     fn anomalies_are_capped_per_kind_but_all_counted() {
         let mut h = H::default();
@@ -2149,7 +2885,7 @@ mod tests {
         let s = summary(&r);
         assert!(s.contains(&format!("lost-write: {}", 3 * n)), "{s}");
         assert!(s.contains(&format!("... {} more", 3 * n - 3)), "{s}");
-        assert!(s.ends_with("\n4 passed, 1 failed"), "{s}");
+        assert!(s.ends_with("\n5 passed, 1 failed"), "{s}");
     }
 
     #[test]
@@ -2296,6 +3032,6 @@ mod tests {
         );
         assert_eq!(back.stats.sends_ok, r.stats.sends_ok);
         assert!((back.stats.send_rate_per_s - r.stats.send_rate_per_s).abs() < 1e-9);
-        assert_eq!((back.passed(), back.failed()), (4, 1));
+        assert_eq!((back.passed(), back.failed()), (5, 1));
     }
 }

@@ -7,11 +7,20 @@
 //! opened, a bad request, no leader), everything else that is not a success
 //! (a timeout, a reset mid-call, a Raft outcome the broker could not learn)
 //! is unknown. The checker holds the broker to this: a message whose send
-//! "failed" must never be read.
+//! "failed" must never be read. Ending a transaction that is no longer
+//! pending is refused, so it too is a definite failure.
+//!
+//! Besides plain sends and reads, the client sends timed and transactional
+//! messages, ends transactions, and opens the producer's Telemetry session
+//! on which the broker checks unresolved transactions back.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::history::Resolution;
 
 pub mod v2 {
     //! Generated from `proto/apache/rocketmq/v2/`.
@@ -68,6 +77,48 @@ fn queue(topic: &str) -> Option<v2::MessageQueue> {
     })
 }
 
+/// A transaction's half message, as its end names it.
+#[derive(Debug, Clone)]
+pub struct Half {
+    pub message_id: String,
+    pub transaction_id: String,
+}
+
+fn timestamp(t: SystemTime) -> prost_types::Timestamp {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// A message whose body is `value` in decimal, with a fresh message id.
+fn message(topic: &str, value: u64, kind: v2::MessageType, due: Option<prost_types::Timestamp>) -> v2::Message {
+    v2::Message {
+        topic: resource(topic),
+        user_properties: Default::default(),
+        system_properties: Some(v2::SystemProperties {
+            message_id: format!("01{:032X}", rand::random::<u128>()),
+            body_encoding: v2::Encoding::Identity as i32,
+            message_type: kind as i32,
+            born_timestamp: Some(timestamp(SystemTime::now())),
+            born_host: "jepsen".into(),
+            delivery_timestamp: due,
+            ..Default::default()
+        }),
+        body: value.to_string().into_bytes().into(),
+    }
+}
+
+/// The header by which the broker knows a client across calls and nodes.
+fn with_client_id<T>(req: &mut tonic::Request<T>, client_id: &str) -> Result<(), String> {
+    let id = client_id
+        .parse()
+        .map_err(|_| format!("{client_id:?} is not a header value"))?;
+    req.metadata_mut().insert("x-mq-client-id", id);
+    Ok(())
+}
+
 /// Sorts a transport error: one before the request left is a definite
 /// failure; one after may hide an applied request.
 fn transport<T>(status: tonic::Status) -> Outcome<T> {
@@ -108,25 +159,51 @@ impl Client {
 
     /// Sends `value` to the single queue of `topic`; returns its offset.
     pub async fn send(&self, topic: &str, value: u64) -> Outcome<u64> {
-        let born = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let message = v2::Message {
-            topic: resource(topic),
-            user_properties: Default::default(),
-            system_properties: Some(v2::SystemProperties {
-                message_id: format!("01{:032X}", rand::random::<u128>()),
-                body_encoding: v2::Encoding::Identity as i32,
-                message_type: v2::MessageType::Normal as i32,
-                born_timestamp: Some(prost_types::Timestamp {
-                    seconds: born.as_secs() as i64,
-                    nanos: born.subsec_nanos() as i32,
-                }),
-                born_host: "jepsen".into(),
-                ..Default::default()
+        match self
+            .send_message(message(topic, value, v2::MessageType::Normal, None))
+            .await
+        {
+            Outcome::Ok(e) => match u64::try_from(e.offset) {
+                Ok(o) => Outcome::Ok(o),
+                Err(_) => Outcome::Unknown(format!("negative offset {}", e.offset)),
+            },
+            Outcome::Fail(e) => Outcome::Fail(e),
+            Outcome::Unknown(e) => Outcome::Unknown(e),
+        }
+    }
+
+    /// Sends `value` to `topic` as a timed message, invisible until `due`.
+    /// (Its queue offset comes only when the broker releases it.)
+    pub async fn timed_send(&self, topic: &str, value: u64, due: SystemTime) -> Outcome<()> {
+        let due = timestamp(due);
+        match self
+            .send_message(message(topic, value, v2::MessageType::Delay, Some(due)))
+            .await
+        {
+            Outcome::Ok(_) => Outcome::Ok(()),
+            Outcome::Fail(e) => Outcome::Fail(e),
+            Outcome::Unknown(e) => Outcome::Unknown(e),
+        }
+    }
+
+    /// Sends `value` to `topic` as a transactional (half) message.
+    pub async fn txn_send(&self, topic: &str, value: u64) -> Outcome<Half> {
+        let m = message(topic, value, v2::MessageType::Transaction, None);
+        match self.send_message(m).await {
+            Outcome::Ok(e) if e.transaction_id.is_empty() => {
+                Outcome::Unknown("a transactional send acknowledged without a transaction id".into())
+            }
+            Outcome::Ok(e) => Outcome::Ok(Half {
+                message_id: e.message_id,
+                transaction_id: e.transaction_id,
             }),
-            body: value.to_string().into_bytes().into(),
-        };
+            Outcome::Fail(e) => Outcome::Fail(e),
+            Outcome::Unknown(e) => Outcome::Unknown(e),
+        }
+    }
+
+    /// Sends one message; its result entry when the broker took it.
+    async fn send_message(&self, message: v2::Message) -> Outcome<v2::SendResultEntry> {
         let mut rpc = self.rpc.clone();
         let r = match rpc
             .send_message(v2::SendMessageRequest {
@@ -137,15 +214,98 @@ impl Client {
             Ok(r) => r.into_inner(),
             Err(s) => return transport(s),
         };
-        let entry = r.entries.first();
-        let status = entry.and_then(|e| e.status.as_ref()).or(r.status.as_ref());
+        let entry = r.entries.into_iter().next();
+        let status = entry.as_ref().and_then(|e| e.status.clone()).or(r.status);
         match (status, entry) {
-            (Some(s), Some(e)) if s.code == code::OK => match u64::try_from(e.offset) {
-                Ok(o) => Outcome::Ok(o),
-                Err(_) => Outcome::Unknown(format!("negative offset {}", e.offset)),
-            },
-            (s, _) => refused(s),
+            (Some(s), Some(e)) if s.code == code::OK => Outcome::Ok(e),
+            (s, _) => refused(s.as_ref()),
         }
+    }
+
+    /// Ends a transaction, as its producer (`from_check` false) or as the
+    /// answer to a check-back. A transaction no longer pending is refused
+    /// (a definite failure: it was ended before).
+    pub async fn end_txn(&self, topic: &str, half: &Half, resolution: Resolution, from_check: bool) -> Outcome<()> {
+        let mut rpc = self.rpc.clone();
+        let source = if from_check {
+            v2::TransactionSource::SourceServerCheck
+        } else {
+            v2::TransactionSource::SourceClient
+        };
+        let resolution = match resolution {
+            Resolution::Commit => v2::TransactionResolution::Commit,
+            Resolution::Rollback => v2::TransactionResolution::Rollback,
+        };
+        match rpc
+            .end_transaction(v2::EndTransactionRequest {
+                topic: resource(topic),
+                message_id: half.message_id.clone(),
+                transaction_id: half.transaction_id.clone(),
+                resolution: resolution as i32,
+                source: source as i32,
+                trace_context: String::new(),
+            })
+            .await
+        {
+            Ok(r) => match r.into_inner().status {
+                Some(s) if s.code == code::OK => Outcome::Ok(()),
+                s => refused(s.as_ref()),
+            },
+            Err(s) => transport(s),
+        }
+    }
+
+    /// Tells the node that the producer `client_id` is alive (the broker
+    /// forgets clients silent for two minutes).
+    pub async fn heartbeat(&self, client_id: &str) -> Outcome<()> {
+        let mut rpc = self.rpc.clone();
+        let mut req = tonic::Request::new(v2::HeartbeatRequest {
+            group: None,
+            client_type: v2::ClientType::Producer as i32,
+        });
+        if let Err(e) = with_client_id(&mut req, client_id) {
+            return Outcome::Fail(e);
+        }
+        match rpc.heartbeat(req).await {
+            Ok(r) => match r.into_inner().status {
+                Some(s) if s.code == code::OK => Outcome::Ok(()),
+                s => refused(s.as_ref()),
+            },
+            Err(s) => transport(s),
+        }
+    }
+
+    /// Opens a Telemetry session as the producer `client_id` of `topics`:
+    /// the broker may then push check-backs of their transactions down the
+    /// returned stream. The session lasts while the returned sender lives.
+    pub async fn producer_session(
+        &self,
+        client_id: &str,
+        topics: &[String],
+    ) -> anyhow::Result<(
+        mpsc::Sender<v2::TelemetryCommand>,
+        tonic::Streaming<v2::TelemetryCommand>,
+    )> {
+        let (tx, rx) = mpsc::channel(1);
+        let settings = v2::Settings {
+            client_type: Some(v2::ClientType::Producer as i32),
+            pub_sub: Some(v2::settings::PubSub::Publishing(v2::Publishing {
+                topics: topics.iter().filter_map(|t| resource(t)).collect(),
+                max_body_size: 0,
+                validate_message_type: false,
+            })),
+            ..Default::default()
+        };
+        tx.send(v2::TelemetryCommand {
+            status: None,
+            command: Some(v2::telemetry_command::Command::Settings(settings)),
+        })
+        .await?;
+        let mut req = tonic::Request::new(ReceiverStream::new(rx));
+        with_client_id(&mut req, client_id).map_err(anyhow::Error::msg)?;
+        let mut rpc = self.rpc.clone();
+        let inbound = rpc.telemetry(req).await?.into_inner();
+        Ok((tx, inbound))
     }
 
     /// Reads up to `max` messages of `topic`'s queue from `offset` with

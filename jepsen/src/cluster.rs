@@ -199,7 +199,13 @@ impl Cluster {
                  [store.retention]\n\
                  disk_warn_ratio = 1.0\n\
                  disk_force_ratio = 1.0\n\
-                 disk_refuse_ratio = 1.0\n",
+                 disk_refuse_ratio = 1.0\n\
+                 # Unresolved transactions are checked back within a second\n\
+                 # or two, and never given up during a run.\n\
+                 [transaction]\n\
+                 check_immunity_ms = 1000\n\
+                 check_interval_ms = 1000\n\
+                 max_checks = 1000\n",
                 data = dir.join("data").display(),
                 ip = h.ip,
                 bootstrap = id == 1,
@@ -371,6 +377,10 @@ pub struct NodeMetrics {
     pub term: u64,
     pub commit_index: u64,
     pub applied_index: u64,
+    /// Timed messages not yet released, in the node's applied state.
+    pub timers_pending: u64,
+    /// Half messages neither committed nor rolled back.
+    pub transactions_pending: u64,
 }
 
 /// Scrapes `http://addr/metrics` with a plain HTTP/1.0 request (bounded by
@@ -411,6 +421,8 @@ pub async fn scrape(addr: &str, timeout: Duration) -> Option<NodeMetrics> {
                 m.applied_index = v;
                 seen_applied = true;
             }
+            "raftmq_timers_pending" => m.timers_pending = v,
+            "raftmq_transactions_pending" => m.transactions_pending = v,
             "raftmq_raft_role" if v == 1 => {
                 if let Some(role) = name.split("role=\"").nth(1).and_then(|r| r.split('"').next()) {
                     m.role = role.to_string();

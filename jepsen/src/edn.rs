@@ -14,6 +14,9 @@
 //! | `assign` | `:f :assign`, `:value ["k"]`; plus `:group`, and `:committed` (the offset it starts at) when one was |
 //! | `commit` | `:f :commit`, `:value {"k" offset}`, plus `:group` (Jepsen commits inside its polls and ignores this `:f`) |
 //! | `drain` | `:f :poll` like a poll, plus `:drain true`, `:key` and `:client` (our process); see below |
+//! | `timed-send` | `:f :send` like a send (never with an offset), plus `:due` (ns, the history's clock) |
+//! | `txn-send`, `txn-end`, `txn-check` | `:f :txn-send` ..., `:value {:key "k", :value v}` plus `:resolution` and `:transaction-id` where known |
+//! | `settle` | `:f :settle`, `:value nil` |
 //! | `nemesis` | `{:type :info, :process :nemesis, :f :start-<fault>, :value "detail"}` (`:stop-<fault>`); Jepsen logs nemesis operations as `:info`, so any other outcome is kept in `:outcome` |
 //!
 //! A drain reads a whole queue from offset 0, after a test's faults healed:
@@ -24,7 +27,12 @@
 //! offset 0 after the same process's earlier polls. The process number in
 //! our history stays in `:client`.
 //!
-//! Two differences remain. Jepsen calls keys integers; ours are strings,
+//! Three differences remain. Jepsen's Kafka transactions commit or abort
+//! in one operation; ours end in a second one, or through the broker's
+//! check-back, so their operations keep their own `:f`, which Jepsen's
+//! checker does not analyse: to it a committed transactional value is one
+//! it never saw sent (our checker's `held-messages` check judges them).
+//! Jepsen calls keys integers; ours are strings,
 //! which its analysis handles as opaque map keys. And our `assign` restarts
 //! a consumer at its group's committed offset, where Jepsen expects a
 //! re-assigned key to keep its position; a process that re-assigns a key and
@@ -36,7 +44,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::history::{Call, NemesisAction, Op, OpType, Process};
+use crate::history::{Call, NemesisAction, Op, OpType, Process, Resolution};
 
 /// Writes `ops` to `path` as EDN, one operation map per line.
 pub fn write_edn(path: &Path, ops: &[Op]) -> io::Result<()> {
@@ -105,21 +113,43 @@ fn op_edn(op: &Op, process: Option<u64>) -> String {
     );
     let ok = op.kind == OpType::Ok;
     match &op.call {
-        Call::Send { key, value, offset } => {
-            s.push_str(", :f :send, :value [[:send ");
-            push_str(&mut s, key);
-            match (offset, ok) {
-                (Some(o), _) => {
-                    let _ = write!(s, " [{o} {value}]]]");
-                }
-                (None, true) => {
-                    let _ = write!(s, " [nil {value}]]]");
-                }
-                (None, false) => {
-                    let _ = write!(s, " {value}]]");
-                }
+        Call::Send { key, value, offset } => push_send(&mut s, key, *value, *offset, ok),
+        Call::TimedSend { key, value, due } => {
+            push_send(&mut s, key, *value, None, ok);
+            let _ = write!(s, ", :due {due}");
+        }
+        Call::TxnSend {
+            key,
+            value,
+            transaction_id,
+        } => {
+            push_held(&mut s, "txn-send", key, *value);
+            if let Some(t) = transaction_id {
+                s.push_str(", :transaction-id ");
+                push_str(&mut s, t);
             }
         }
+        Call::TxnEnd {
+            key,
+            value,
+            resolution,
+            transaction_id,
+        }
+        | Call::TxnCheck {
+            key,
+            value,
+            resolution,
+            transaction_id,
+        } => {
+            push_held(&mut s, op.f(), key, *value);
+            let r = match resolution {
+                Resolution::Commit => "commit",
+                Resolution::Rollback => "rollback",
+            };
+            let _ = write!(s, ", :resolution :{r}, :transaction-id ");
+            push_str(&mut s, transaction_id);
+        }
+        Call::Settle {} => s.push_str(", :f :settle, :value nil"),
         Call::Poll { key, group, from, msgs } => {
             s.push_str(", :f :poll, :value ");
             push_poll_value(&mut s, key, msgs, ok);
@@ -189,6 +219,31 @@ fn op_edn(op: &Op, process: Option<u64>) -> String {
     }
     s.push('}');
     s
+}
+
+/// A send's `:f` and `:value`: `[[:send "k" v]]`, or once acknowledged
+/// `[[:send "k" [offset v]]]` (`nil` for an offset that did not come back).
+fn push_send(s: &mut String, key: &str, value: u64, offset: Option<u64>, ok: bool) {
+    s.push_str(", :f :send, :value [[:send ");
+    push_str(s, key);
+    match (offset, ok) {
+        (Some(o), _) => {
+            let _ = write!(s, " [{o} {value}]]]");
+        }
+        (None, true) => {
+            let _ = write!(s, " [nil {value}]]]");
+        }
+        (None, false) => {
+            let _ = write!(s, " {value}]]");
+        }
+    }
+}
+
+/// A transactional operation's `:f` and `:value`.
+fn push_held(s: &mut String, f: &str, key: &str, value: u64) {
+    let _ = write!(s, ", :f :{f}, :value {{:key ");
+    push_str(s, key);
+    let _ = write!(s, ", :value {value}}}");
 }
 
 fn kind_name(kind: OpType) -> &'static str {
@@ -374,6 +429,60 @@ mod tests {
         let got: Vec<&str> = text.lines().collect();
         assert_eq!(got, want);
         assert!(text.ends_with("}\n"));
+    }
+
+    #[test]
+    fn held_operations_keep_their_own_shapes() {
+        let c = Process::Client;
+        let timed = Call::TimedSend {
+            key: "h".into(),
+            value: 7,
+            due: 900,
+        };
+        let txn = |transaction_id| Call::TxnSend {
+            key: "h".into(),
+            value: 8,
+            transaction_id,
+        };
+        let ops = vec![
+            op(0, c(1), OpType::Invoke, timed.clone()),
+            op(1, c(1), OpType::Ok, timed),
+            op(2, c(1), OpType::Invoke, txn(None)),
+            op(3, c(1), OpType::Ok, txn(Some("x1.4.0".into()))),
+            op(
+                4,
+                c(1),
+                OpType::Invoke,
+                Call::TxnEnd {
+                    key: "h".into(),
+                    value: 8,
+                    resolution: Resolution::Rollback,
+                    transaction_id: "x1.4.0".into(),
+                },
+            ),
+            op(
+                5,
+                c(2_000_000),
+                OpType::Fail,
+                Call::TxnCheck {
+                    key: "h".into(),
+                    value: 8,
+                    resolution: Resolution::Rollback,
+                    transaction_id: "x1.4.0".into(),
+                },
+            ),
+            op(6, c(3_000_000), OpType::Ok, Call::Settle {}),
+        ];
+        let want = [
+            r#"{:index 0, :time 0, :type :invoke, :process 1, :f :send, :value [[:send "h" 7]], :due 900}"#,
+            r#"{:index 1, :time 10, :type :ok, :process 1, :f :send, :value [[:send "h" [nil 7]]], :due 900}"#,
+            r#"{:index 2, :time 20, :type :invoke, :process 1, :f :txn-send, :value {:key "h", :value 8}}"#,
+            r#"{:index 3, :time 30, :type :ok, :process 1, :f :txn-send, :value {:key "h", :value 8}, :transaction-id "x1.4.0"}"#,
+            r#"{:index 4, :time 40, :type :invoke, :process 1, :f :txn-end, :value {:key "h", :value 8}, :resolution :rollback, :transaction-id "x1.4.0"}"#,
+            r#"{:index 5, :time 50, :type :fail, :process 2000000, :f :txn-check, :value {:key "h", :value 8}, :resolution :rollback, :transaction-id "x1.4.0"}"#,
+            r#"{:index 6, :time 60, :type :ok, :process 3000000, :f :settle, :value nil}"#,
+        ];
+        assert_eq!(edn_lines(&ops), want);
     }
 
     #[test]

@@ -16,11 +16,22 @@
 //! | `assign` | `key`, `group`: a consumer takes a key and starts at the group's committed offset | `offset` (absent: none committed, start at 0) |
 //! | `commit` | `key`, `group`, `offset`: the group's next offset to read | nothing |
 //! | `drain` | `key`, `node`: after healing, read the whole queue from one node | `msgs` |
+//! | `timed-send` | `key`, `value`, `due`: visible from `due` on (the history's clock, ns) | nothing (no queue offset yet) |
+//! | `txn-send` | `key`, `value`: a transactional (half) message | `transaction_id` |
+//! | `txn-end` | `key`, `value`, `resolution` (`commit` or `rollback`), `transaction_id`: the producer ends it | nothing |
+//! | `txn-check` | the same: the harness's answer to a broker's check-back | nothing |
+//! | `settle` | after healing, wait until no node holds a timed or half message | nothing |
 //! | `nemesis` | `action` (`start` or `stop`), `fault`, `detail` | nothing |
 //!
 //! A key is a topic with one queue, so a send's key is known without the
-//! queue the broker picks. Values are unique integers across the test.
-//! Nemesis operations have the process `"nemesis"`; clients have numbers.
+//! queue the broker picks. Values are unique integers across the test, held
+//! (timed and transactional) ones included. A `txn-send` not followed by a
+//! `txn-end` of its process was left for the broker's check-back, which the
+//! harness answers by [`check_back_answer`].
+//!
+//! Nemesis operations have the process `"nemesis"`; clients have numbers:
+//! worker slots count from 0, the harness's own processes are numbered
+//! from [`DRAIN_PROCESS`], [`CHECK_PROCESS`] and [`SETTLE_PROCESS`].
 
 use std::io::{self, BufRead, Write};
 use std::path::Path;
@@ -43,6 +54,13 @@ pub enum NemesisTag {
 }
 
 pub const NEMESIS: Process = Process::Nemesis(NemesisTag::Nemesis);
+/// The final drains: one process per node, from here.
+pub const DRAIN_PROCESS: u64 = 1_000_000;
+/// Check-back answers: one process per node's producer session, from here
+/// (a session whose answer had an unknown outcome goes on as `+ nodes`).
+pub const CHECK_PROCESS: u64 = 2_000_000;
+/// The wait for held messages before the drain.
+pub const SETTLE_PROCESS: u64 = 3_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -53,10 +71,29 @@ pub enum OpType {
     Info,
 }
 
+/// How a transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolution {
+    Commit,
+    Rollback,
+}
+
+/// The harness's answer to a check-back of the transaction of `value`:
+/// fixed by the value, so the checker knows how every transaction left to
+/// the check-back must end.
+pub fn check_back_answer(value: u64) -> Resolution {
+    if value % 2 == 1 {
+        Resolution::Commit
+    } else {
+        Resolution::Rollback
+    }
+}
+
 /// What was done, with the fields the invocation and the completion carry
 /// (see the table in the module documentation).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "f", rename_all = "lowercase")]
+#[serde(tag = "f", rename_all = "kebab-case")]
 pub enum Call {
     Send {
         key: String,
@@ -88,6 +125,30 @@ pub enum Call {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         msgs: Vec<(u64, u64)>,
     },
+    TimedSend {
+        key: String,
+        value: u64,
+        due: u64,
+    },
+    TxnSend {
+        key: String,
+        value: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        transaction_id: Option<String>,
+    },
+    TxnEnd {
+        key: String,
+        value: u64,
+        resolution: Resolution,
+        transaction_id: String,
+    },
+    TxnCheck {
+        key: String,
+        value: u64,
+        resolution: Resolution,
+        transaction_id: String,
+    },
+    Settle {},
     Nemesis {
         action: NemesisAction,
         fault: String,
@@ -133,8 +194,12 @@ impl Op {
             | Call::Poll { key, .. }
             | Call::Assign { key, .. }
             | Call::Commit { key, .. }
-            | Call::Drain { key, .. } => Some(key),
-            Call::Nemesis { .. } => None,
+            | Call::Drain { key, .. }
+            | Call::TimedSend { key, .. }
+            | Call::TxnSend { key, .. }
+            | Call::TxnEnd { key, .. }
+            | Call::TxnCheck { key, .. } => Some(key),
+            Call::Settle {} | Call::Nemesis { .. } => None,
         }
     }
 
@@ -146,6 +211,11 @@ impl Op {
             Call::Assign { .. } => "assign",
             Call::Commit { .. } => "commit",
             Call::Drain { .. } => "drain",
+            Call::TimedSend { .. } => "timed-send",
+            Call::TxnSend { .. } => "txn-send",
+            Call::TxnEnd { .. } => "txn-end",
+            Call::TxnCheck { .. } => "txn-check",
+            Call::Settle {} => "settle",
             Call::Nemesis { .. } => "nemesis",
         }
     }
@@ -242,6 +312,43 @@ mod tests {
                 error: None,
             },
         ];
+        let mut ops = ops;
+        let held = [
+            Call::TimedSend {
+                key: "h0".into(),
+                value: 18,
+                due: 2_000_000_000,
+            },
+            Call::TxnSend {
+                key: "h0".into(),
+                value: 19,
+                transaction_id: Some("x1.7.0".into()),
+            },
+            Call::TxnEnd {
+                key: "h0".into(),
+                value: 19,
+                resolution: Resolution::Rollback,
+                transaction_id: "x1.7.0".into(),
+            },
+            Call::TxnCheck {
+                key: "h0".into(),
+                value: 21,
+                resolution: check_back_answer(21),
+                transaction_id: "x1.9.0".into(),
+            },
+            Call::Settle {},
+        ];
+        for call in held {
+            ops.push(Op {
+                index: ops.len() as u64,
+                time: 20,
+                process: Process::Client(CHECK_PROCESS),
+                kind: OpType::Ok,
+                call,
+                node: None,
+                error: None,
+            });
+        }
         let dir = std::env::temp_dir().join(format!("raftmq-jepsen-history-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("h.jsonl");
@@ -249,6 +356,12 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains(r#""process":"nemesis""#), "{text}");
         assert!(text.contains(r#""f":"poll""#), "{text}");
+        assert!(text.contains(r#""f":"timed-send""#), "{text}");
+        assert!(text.contains(r#""resolution":"commit""#), "{text}");
+        assert!(
+            text.contains(r#"{"index":7,"time":20,"process":2000000,"type":"ok","f":"settle"}"#),
+            "{text}"
+        );
         assert_eq!(read_jsonl(&path).unwrap(), ops);
         std::fs::write(&path, "{\"index\": 0}\n").unwrap();
         let err = read_jsonl(&path).unwrap_err().to_string();

@@ -1,6 +1,8 @@
 //! raftmq-jepsen: starts a raftmq cluster in network namespaces, runs a
 //! queue workload against it through the RocketMQ 5 protocol while injecting
-//! faults, and checks that no acknowledged message was lost or moved.
+//! faults, and checks that no acknowledged message was lost or moved, and
+//! that timed and transactional messages appear once, or never when rolled
+//! back.
 //!
 //! Modules:
 //! - `run`: one test from start to artifacts.
@@ -8,12 +10,15 @@
 //! - `cluster`: the NameServer and broker processes; metrics scrapes.
 //! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power).
 //! - `lazyfs`: a FUSE pass-through filesystem that loses un-fsynced writes (power loss).
-//! - `workload`: the clients' operations and the final drain.
+//! - `workload`: the clients' operations (plain, timed and transactional
+//!   sends, consumers) and the final drain.
+//! - `producer`: the Telemetry sessions that answer the broker's
+//!   transaction check-backs.
 //! - `client`: the `apache.rocketmq.v2` calls and how their outcomes sort.
 //! - `recorder`: appends operations to the history as they happen.
 //! - `history`: operations as invocations and completions; history.jsonl.
 //! - `observations`: replica logs and commit-index samples for the checker.
-//! - `checker`: the six checks over a history.
+//! - `checker`: the seven checks over a history.
 //! - `edn`: history.edn in the shapes of Jepsen's Kafka workload.
 //! - `report`: timeline.html and fault periods.
 //! - `plots`: latency.png and rate.png.
@@ -28,6 +33,7 @@ mod nemesis;
 mod netns;
 mod observations;
 mod plots;
+mod producer;
 mod recorder;
 mod report;
 mod run;

@@ -1,5 +1,5 @@
 //! Records operations into the history as they happen, shared by every
-//! client task and the nemesis.
+//! client task, the check-back producers and the nemesis.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

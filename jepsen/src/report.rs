@@ -388,6 +388,32 @@ fn describe(b: &Bar) -> String {
         (Call::Commit { group, offset, .. }, _) => {
             let _ = write!(s, "\ngroup {group}, offset {offset}");
         }
+        (Call::TimedSend { value, due, .. }, _) => {
+            let _ = write!(s, "\nvalue {value}, due at {:.3} s", *due as f64 / 1e9);
+        }
+        (Call::TxnSend { value, .. }, Call::TxnSend { transaction_id, .. }) => {
+            let _ = write!(s, "\nvalue {value}");
+            if let Some(t) = transaction_id {
+                let _ = write!(s, ", transaction {t}");
+            }
+        }
+        (
+            Call::TxnEnd {
+                value,
+                resolution,
+                transaction_id,
+                ..
+            }
+            | Call::TxnCheck {
+                value,
+                resolution,
+                transaction_id,
+                ..
+            },
+            _,
+        ) => {
+            let _ = write!(s, "\nvalue {value}: {resolution:?} transaction {transaction_id}");
+        }
         (Call::Drain { node, .. }, Call::Drain { msgs, .. }) => {
             let _ = write!(s, "\nwhole queue from node {node}");
             if done.kind == OpType::Ok {

@@ -1,6 +1,7 @@
 //! One test, start to end: build the network and the cluster, run the
-//! workload under the nemesis, heal, drain, stop, collect the replicas'
-//! logs, check, and write the artifacts into the run's directory:
+//! workload under the nemesis, heal, wait for held messages to settle,
+//! drain, stop, collect the replicas' logs, check, and write the artifacts
+//! into the run's directory:
 //!
 //! | file | what |
 //! |---|---|
@@ -15,15 +16,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::cluster::{BrokerSettings, Cluster, scrape};
-use crate::history::{self, Op};
+use crate::history::{self, Call, Op, OpType, Process, SETTLE_PROCESS};
 use crate::nemesis::{self, Fault, Nemesis};
 use crate::observations::{CommitSample, LogRecord, ReplicaLog};
 use crate::recorder::Recorder;
 use crate::workload::{self, Workload};
-use crate::{checker, edn, netns, plots, report};
+use crate::{checker, edn, netns, plots, producer, report};
 
 #[derive(Debug, Clone)]
 pub struct TestOpts {
@@ -153,28 +155,13 @@ async fn test(opts: &TestOpts, cluster: &Arc<Mutex<Cluster>>) -> anyhow::Result<
     };
     wait_for_leader(cluster, Duration::from_secs(60)).await?;
     let keys: Vec<String> = (0..opts.keys).map(workload::key_name).collect();
+    let held_keys: Vec<String> = (0..workload::HELD_KEYS).map(workload::held_key_name).collect();
     for key in &keys {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let out = {
-                let c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                c.raftmq(&[
-                    "topic",
-                    "create",
-                    "--namesrv",
-                    &namesrv,
-                    "--topic",
-                    key,
-                    "--queues",
-                    "1",
-                ])
-            };
-            match out {
-                Ok(_) => break,
-                Err(e) if Instant::now() > deadline => return Err(e.context(format!("creating topic {key}"))),
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
-        }
+        create_topic(cluster, &namesrv, key, "NORMAL").await?;
+    }
+    // Timed and transactional messages need topics that take them.
+    for key in &held_keys {
+        create_topic(cluster, &namesrv, key, "MIXED").await?;
     }
     eprintln!(
         "cluster ready; running {} s with nemesis [{}]",
@@ -184,12 +171,15 @@ async fn test(opts: &TestOpts, cluster: &Arc<Mutex<Cluster>>) -> anyhow::Result<
 
     let recorder = Recorder::new();
     let until = Instant::now() + opts.time_limit;
+    let clients: Vec<Client> = client_addrs
+        .iter()
+        .map(|a| Client::new(a))
+        .collect::<anyhow::Result<_>>()?;
+    let producers = producer::spawn(&clients, &held_keys, &recorder);
     let workload = Arc::new(Workload {
-        clients: client_addrs
-            .iter()
-            .map(|a| Client::new(a))
-            .collect::<anyhow::Result<_>>()?,
+        clients,
         keys,
+        held_keys,
         concurrency: opts.concurrency,
         rate: opts.rate,
         seed: opts.seed,
@@ -213,9 +203,12 @@ async fn test(opts: &TestOpts, cluster: &Arc<Mutex<Cluster>>) -> anyhow::Result<
     if let Err(e) = converge(cluster, Duration::from_secs(60)).await {
         eprintln!("warning: {e:#}");
     }
+    eprintln!("waiting for every timed and transactional message to be released or ended");
+    settle(cluster, &recorder, Duration::from_secs(60)).await;
     eprintln!("draining every key from every node");
-    let drained = workload.drain(1_000_000).await;
+    let drained = workload.drain().await;
     sampler.abort();
+    producers.iter().for_each(JoinHandle::abort);
     if let Err(e) = drained {
         eprintln!("warning: the drain failed: {e:#}");
     }
@@ -224,6 +217,34 @@ async fn test(opts: &TestOpts, cluster: &Arc<Mutex<Cluster>>) -> anyhow::Result<
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
     Ok((recorder.ops(), commits))
+}
+
+/// Creates `topic` (one queue, taking `message_type` messages), retrying
+/// while the group is still finding its feet.
+async fn create_topic(cluster: &Mutex<Cluster>, namesrv: &str, topic: &str, message_type: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = cluster
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .raftmq(&[
+                "topic",
+                "create",
+                "--namesrv",
+                namesrv,
+                "--topic",
+                topic,
+                "--queues",
+                "1",
+                "--message-type",
+                message_type,
+            ]);
+        match out {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(e.context(format!("creating topic {topic}"))),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
 }
 
 async fn wait_for_leader(cluster: &Mutex<Cluster>, within: Duration) -> anyhow::Result<u64> {
@@ -268,6 +289,58 @@ async fn converge(cluster: &Mutex<Cluster>, within: Duration) -> anyhow::Result<
         }
         if Instant::now() > deadline {
             bail!("the replicas did not converge within {} s", within.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits, up to `within`, until the last timed message is due and no node
+/// holds a timed or half message any more (every node's applied state, so
+/// each has the released copies to drain). Recorded as a `settle`: the
+/// checker judges the transactions left to check-backs only after an ok one.
+async fn settle(cluster: &Mutex<Cluster>, recorder: &Recorder, within: Duration) {
+    let last_due = recorder
+        .ops()
+        .iter()
+        .filter_map(|op| match op.call {
+            Call::TimedSend { due, .. } => Some(due),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let addrs: Vec<String> = cluster
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .nodes
+        .iter()
+        .map(|n| n.metrics_addr())
+        .collect();
+    let p = Process::Client(SETTLE_PROCESS);
+    recorder.record(p, OpType::Invoke, Call::Settle {}, None, None);
+    let deadline = Instant::now() + within;
+    loop {
+        let mut held = Vec::new();
+        for (i, a) in addrs.iter().enumerate() {
+            match scrape(a, Duration::from_millis(500)).await {
+                Some(m) if m.timers_pending == 0 && m.transactions_pending == 0 => {}
+                Some(m) => held.push(format!(
+                    "node {} holds {} timed and {} half messages",
+                    i + 1,
+                    m.timers_pending,
+                    m.transactions_pending
+                )),
+                None => held.push(format!("node {} does not answer", i + 1)),
+            }
+        }
+        if held.is_empty() && recorder.now() >= last_due {
+            recorder.record(p, OpType::Ok, Call::Settle {}, None, None);
+            return;
+        }
+        if Instant::now() > deadline {
+            let why = format!("after {} s: {}", within.as_secs(), held.join("; "));
+            eprintln!("warning: held messages did not settle {why}");
+            recorder.record(p, OpType::Fail, Call::Settle {}, None, Some(why));
+            return;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

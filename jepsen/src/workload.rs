@@ -13,22 +13,31 @@
 //! leader. An operation with an unknown outcome retires its process (Jepsen's
 //! rule): the slot goes on as process `p + concurrency`. Reads have no
 //! effects, so a read that times out is a failure, not an unknown.
+//!
+//! Held keys (`jepsen-held-<i>`, topics that take any message type) get
+//! held messages: a `timed-send` due 0.2 to 5 s later, and a `txn-send`
+//! whose process then commits it (40 %), rolls it back (40 %), or leaves it
+//! to the broker's check-back (20 %), which the `producer` sessions answer.
+//! The end is the process's next operation. Consumers read held keys like
+//! the others, and the drain reads them too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::client::{Client, Outcome};
-use crate::history::{Call, OpType, Process};
+use crate::client::{Client, Half, Outcome};
+use crate::history::{Call, DRAIN_PROCESS, OpType, Process, Resolution};
 use crate::recorder::Recorder;
 
 pub struct Workload {
     /// One client per node, node id `i` at index `i - 1`.
     pub clients: Vec<Client>,
     pub keys: Vec<String>,
+    /// Keys of timed and transactional messages.
+    pub held_keys: Vec<String>,
     pub concurrency: usize,
     /// Target operations per second over all slots.
     pub rate: f64,
@@ -40,9 +49,30 @@ pub struct Workload {
 const POLLS_PER_ASSIGNMENT: u32 = 8;
 const POLL_BATCH: i32 = 32;
 const DRAIN_RETRIES: u32 = 20;
+/// Keys of held messages (topics of one queue that take any message type).
+pub const HELD_KEYS: usize = 2;
+/// The share of operations that are plain sends, timed sends and
+/// transactional sends (cumulative); the rest are the consumer's.
+const SEND_SHARE: f64 = 0.40;
+const TIMED_SHARE: f64 = 0.45;
+const TXN_SHARE: f64 = 0.50;
+/// A timed message is due this many milliseconds after its send.
+const DELAY_MS: std::ops::RangeInclusive<u64> = 200..=5000;
 
 pub fn key_name(i: usize) -> String {
     format!("jepsen-{i}")
+}
+
+pub fn held_key_name(i: usize) -> String {
+    format!("jepsen-held-{i}")
+}
+
+/// A transaction its process still has to end.
+struct PendingEnd {
+    key: String,
+    value: u64,
+    half: Half,
+    resolution: Resolution,
 }
 
 impl Workload {
@@ -66,6 +96,8 @@ impl Workload {
         let group = format!("jepsen-g{slot}");
         // (key, next offset to read, polls since the assignment)
         let mut assigned: Option<(String, u64, u32)> = None;
+        let mut pending_end: Option<PendingEnd> = None;
+        let every_key: Vec<&String> = self.keys.iter().chain(&self.held_keys).collect();
         let mean_gap = self.concurrency as f64 / self.rate.max(0.001);
         while Instant::now() < until {
             // Exponential gaps: Poisson arrivals at the target rate.
@@ -78,7 +110,17 @@ impl Workload {
             let client = &self.clients[node as usize - 1];
             let p = Process::Client(process);
             let r: f64 = rng.random();
-            let retire = if r < 0.5 {
+            let retire = if let Some(end) = pending_end.take() {
+                let call = Call::TxnEnd {
+                    key: end.key.clone(),
+                    value: end.value,
+                    resolution: end.resolution,
+                    transaction_id: end.half.transaction_id.clone(),
+                };
+                self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
+                let out = client.end_txn(&end.key, &end.half, end.resolution, false).await;
+                self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
+            } else if r < SEND_SHARE {
                 let key = self.keys[rng.random_range(0..self.keys.len())].clone();
                 let value = values.fetch_add(1, Ordering::Relaxed);
                 let call = |offset| Call::Send {
@@ -87,8 +129,47 @@ impl Workload {
                     offset,
                 };
                 self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
+                let out = client.send(&key, value).await;
+                self.recorder.complete(p, node, out, |o| call(Some(o)), call(None))
+            } else if r < TIMED_SHARE {
+                let key = self.held_keys[rng.random_range(0..self.held_keys.len())].clone();
+                let value = values.fetch_add(1, Ordering::Relaxed);
+                let delay = Duration::from_millis(rng.random_range(DELAY_MS));
+                // The broker gets the due time on the wall clock, the
+                // history on its own clock.
+                let call = Call::TimedSend {
+                    key: key.clone(),
+                    value,
+                    due: self.recorder.now() + delay.as_nanos() as u64,
+                };
+                self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
+                let out = client.timed_send(&key, value, SystemTime::now() + delay).await;
+                self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
+            } else if r < TXN_SHARE {
+                let key = self.held_keys[rng.random_range(0..self.held_keys.len())].clone();
+                let value = values.fetch_add(1, Ordering::Relaxed);
+                let resolution = match rng.random::<f64>() {
+                    x if x < 0.4 => Some(Resolution::Commit),
+                    x if x < 0.8 => Some(Resolution::Rollback),
+                    _ => None,
+                };
+                let call = |transaction_id| Call::TxnSend {
+                    key: key.clone(),
+                    value,
+                    transaction_id,
+                };
+                self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
+                let out = client.txn_send(&key, value).await;
+                if let (Outcome::Ok(half), Some(resolution)) = (&out, resolution) {
+                    pending_end = Some(PendingEnd {
+                        key: key.clone(),
+                        value,
+                        half: half.clone(),
+                        resolution,
+                    });
+                }
                 self.recorder
-                    .complete(p, node, client.send(&key, value).await, |o| call(Some(o)), call(None))
+                    .complete(p, node, out, |h| call(Some(h.transaction_id)), call(None))
             } else {
                 match &mut assigned {
                     Some((key, pos, polls)) if *polls < POLLS_PER_ASSIGNMENT => {
@@ -118,17 +199,12 @@ impl Workload {
                                 offset,
                             };
                             self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
-                            self.recorder.complete(
-                                p,
-                                node,
-                                client.commit(&group, &key, offset).await,
-                                |()| call.clone(),
-                                call.clone(),
-                            )
+                            let out = client.commit(&group, &key, offset).await;
+                            self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
                         }
                     }
                     _ => {
-                        let key = self.keys[rng.random_range(0..self.keys.len())].clone();
+                        let key = every_key[rng.random_range(0..every_key.len())].clone();
                         let call = |offset| Call::Assign {
                             key: key.clone(),
                             group: group.clone(),
@@ -154,12 +230,12 @@ impl Workload {
 
     /// Reads every key from every node to its end: the final reads the
     /// lost-write check holds every acknowledged send against. Drain
-    /// processes are numbered from `first_process`, one per node.
-    pub async fn drain(&self, first_process: u64) -> anyhow::Result<()> {
+    /// processes are numbered from [`DRAIN_PROCESS`], one per node.
+    pub async fn drain(&self) -> anyhow::Result<()> {
         for (i, client) in self.clients.iter().enumerate() {
             let node = i as u64 + 1;
-            let p = Process::Client(first_process + i as u64);
-            for key in &self.keys {
+            let p = Process::Client(DRAIN_PROCESS + i as u64);
+            for key in self.keys.iter().chain(&self.held_keys) {
                 let call = |msgs| Call::Drain {
                     key: key.clone(),
                     node,
