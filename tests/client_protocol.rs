@@ -8,7 +8,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Cluster;
-use raftmq::pb;
 use raftmq::rocketmq::v2;
 use raftmq::rocketmq::v2::Code;
 use raftmq::rocketmq::v2::messaging_service_client::MessagingServiceClient;
@@ -50,30 +49,6 @@ fn msg(topic: &str, id: &str, body: &[u8]) -> v2::Message {
 
 fn code(s: &Option<v2::Status>) -> Code {
     Code::try_from(s.as_ref().map_or(0, |s| s.code)).unwrap_or(Code::Unspecified)
-}
-
-async fn create_topic(c: &Cluster, name: &str, queues: u32, message_type: &str) {
-    let mut admin = c.client(1).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = admin
-            .put_topic(pb::PutTopicRequest {
-                name: name.into(),
-                read_queues: queues,
-                write_queues: queues,
-                perm: 6,
-                message_type: message_type.into(),
-            })
-            .await;
-        match r {
-            Ok(_) => return,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("put_topic: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("put_topic: {e}"),
-        }
-    }
 }
 
 async fn send(c: &mut MessagingServiceClient<Channel>, messages: Vec<v2::Message>) -> v2::SendMessageResponse {
@@ -139,8 +114,8 @@ async fn status_codes_and_malformed_input() {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = Cluster::start(dir.path(), 3, "async");
     let leader = cluster.leader().await;
-    create_topic(&cluster, "T", 2, "").await;
-    create_topic(&cluster, "F", 2, "FIFO").await;
+    cluster.create_topic("T", 2, "").await;
+    cluster.create_topic("F", 2, "FIFO").await;
     let follower = (1..=3).find(|i| *i != leader).unwrap();
     let mut c = client(&cluster, follower).await;
 

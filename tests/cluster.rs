@@ -8,30 +8,6 @@ use std::time::Duration;
 use common::{Cluster, message};
 use raftmq::pb;
 
-async fn create_topic(c: &Cluster, name: &str, queues: u32) {
-    let mut client = c.client(1).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = client
-            .put_topic(pb::PutTopicRequest {
-                name: name.into(),
-                read_queues: queues,
-                write_queues: queues,
-                perm: 6,
-                message_type: String::new(),
-            })
-            .await;
-        match r {
-            Ok(_) => return,
-            Err(e) if std::time::Instant::now() < deadline => {
-                eprintln!("put_topic: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("put_topic: {e}"),
-        }
-    }
-}
-
 /// Sends `count` single-message batches from `tasks` concurrent tasks
 /// spread over all nodes; returns (queue, offset) -> message number for
 /// every acknowledged send.
@@ -138,7 +114,7 @@ async fn ten_thousand_messages_get_dense_offsets_and_read_back_on_every_node() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::start(dir.path(), 3, "async");
     c.leader().await;
-    create_topic(&c, "T", 4).await;
+    c.create_topic("T", 4, "").await;
     let acked = send_many(&c, 0, 10_000, 32, 4).await;
     assert_eq!(acked.len(), 10_000, "every send to a healthy group succeeds");
     for id in 1..=3 {
@@ -156,7 +132,7 @@ async fn killing_the_leader_loses_nothing_and_the_old_leader_catches_up() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::start(dir.path(), 3, "sync");
     let old = c.leader().await;
-    create_topic(&c, "T", 2).await;
+    c.create_topic("T", 2, "").await;
     let mut acked = send_many(&c, 0, 500, 8, 2).await;
     c.kill(old);
     // Sends continue at once through a survivor: it forwards to the new
@@ -212,7 +188,7 @@ async fn bad_requests_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::start(dir.path(), 3, "async");
     c.leader().await;
-    create_topic(&c, "T", 2).await;
+    c.create_topic("T", 2, "").await;
     let mut client = c.client(2).await;
     let send = |topic: &str, queue_id: u32, body: usize| pb::SendRequest {
         topic: topic.into(),

@@ -10,31 +10,6 @@ use std::time::Duration;
 
 use common::Cluster;
 use raftmq::client::{Client, Outgoing};
-use raftmq::pb;
-
-async fn create_topic(c: &Cluster, name: &str, message_type: &str) {
-    let mut client = c.client(1).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = client
-            .put_topic(pb::PutTopicRequest {
-                name: name.into(),
-                read_queues: 2,
-                write_queues: 2,
-                perm: 6,
-                message_type: message_type.into(),
-            })
-            .await;
-        match r {
-            Ok(_) => return,
-            Err(e) if std::time::Instant::now() < deadline => {
-                eprintln!("put_topic: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("put_topic: {e}"),
-        }
-    }
-}
 
 /// Receives from `topic` until `want` bodies arrived or `within` passed;
 /// returns body -> store times of every delivery (duplicates included).
@@ -68,9 +43,9 @@ async fn timers_and_transactions_survive_a_restart_of_every_node() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::start_with(dir.path(), 3, "async", "snapshot_every = 20");
     c.leader().await;
-    create_topic(&c, "Timed", "DELAY").await;
-    create_topic(&c, "Txn", "TRANSACTION").await;
-    create_topic(&c, "Filler", "").await;
+    c.create_topic("Timed", 2, "DELAY").await;
+    c.create_topic("Txn", 2, "TRANSACTION").await;
+    c.create_topic("Filler", 2, "").await;
     let endpoints: Vec<String> = c.nodes.iter().map(|n| n.client_addr.clone()).collect();
     let client = Client::connect(&endpoints.join(";")).unwrap();
 

@@ -16,25 +16,6 @@ fn broker_extra(namesrvs: &[&Namesrv]) -> String {
     )
 }
 
-async fn create_topic(c: &Cluster) {
-    let mut client = c.client(1).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client
-        .put_topic(pb::PutTopicRequest {
-            name: "T".into(),
-            read_queues: 4,
-            write_queues: 4,
-            perm: 6,
-            message_type: String::new(),
-        })
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Polls `n`'s route for T until `cond` holds; returns the route.
 async fn route_until(n: &Namesrv, cond: impl Fn(&pb::RouteResponse) -> bool, within: Duration) -> pb::RouteResponse {
     let deadline = Instant::now() + within;
@@ -90,7 +71,7 @@ async fn two_nameservers_route_to_the_leader_and_follow_a_failover() {
     );
     let mut c = Cluster::start_with(dir.path(), 3, "async", &broker_extra(&[&a, &b]));
     let leader = c.leader().await;
-    create_topic(&c).await;
+    c.create_topic("T", 4, "").await;
     let full = |r: &pb::RouteResponse| r.groups.len() == 1 && r.groups[0].nodes.len() == 3;
     let ra = route_until(
         &a,
@@ -153,7 +134,7 @@ async fn a_clean_stop_unregisters_at_once_and_stale_claims_lose() {
     let ns = Namesrv::start(dir.path(), "ns", 60_000);
     let mut c = Cluster::start_with(dir.path(), 3, "async", &broker_extra(&[&ns]));
     let leader = c.leader().await;
-    create_topic(&c).await;
+    c.create_topic("T", 4, "").await;
     wait_registered(&ns).await;
     let follower = (1..=3).find(|&i| i != leader).unwrap();
     assert!(c.stop(follower).success());

@@ -142,6 +142,32 @@ impl Cluster {
         c.wait().unwrap()
     }
 
+    /// Creates a topic through node 1 (forwarded to the leader), retrying
+    /// while the group elects one. `message_type` "" is NORMAL.
+    pub async fn create_topic(&self, name: &str, queues: u32, message_type: &str) {
+        let mut admin = self.client(1).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = admin
+                .put_topic(pb::PutTopicRequest {
+                    name: name.into(),
+                    read_queues: queues,
+                    write_queues: queues,
+                    perm: 6,
+                    message_type: message_type.into(),
+                })
+                .await;
+            match r {
+                Ok(_) => return,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("put_topic: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("put_topic: {e}"),
+            }
+        }
+    }
+
     pub async fn client(&self, id: u64) -> BrokerClient<Channel> {
         let addr = format!("http://{}", self.node(id).client_addr);
         let deadline = Instant::now() + Duration::from_secs(20);
