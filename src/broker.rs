@@ -262,6 +262,9 @@ impl Broker {
 
     pub async fn put_topic_local(&self, t: TopicConfig) -> Result<(), BrokerError> {
         raftmq_store::queue_table::validate_topic(&t.name).map_err(|e| BrokerError::Invalid(e.to_string()))?;
+        if raftmq_raft::held::is_system_topic(&t.name) {
+            return Err(BrokerError::Invalid(format!("{} is a system topic", t.name)));
+        }
         if t.read_queues == 0 || t.write_queues == 0 || t.read_queues > 1024 || t.write_queues > 1024 {
             return Err(BrokerError::Invalid("queue counts must be between 1 and 1024".into()));
         }
@@ -426,6 +429,9 @@ impl Broker {
     }
 
     pub async fn delete_topic_local(&self, name: &str) -> Result<(), BrokerError> {
+        if raftmq_raft::held::is_system_topic(name) {
+            return Err(BrokerError::Invalid(format!("{name} is a system topic")));
+        }
         if self.node.sm.topic(name).is_none() {
             return Err(BrokerError::TopicNotFound(name.to_string()));
         }

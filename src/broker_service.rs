@@ -317,13 +317,21 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::CheckTransactionRequest>,
     ) -> Result<Response<pb::CheckTransactionResponse>, Status> {
+        let sent = crate::transactions::check_for_peer(&self.broker, request.get_ref()).map_err(Status::from)?;
+        Ok(Response::new(pb::CheckTransactionResponse { sent }))
+    }
+
+    async fn read_held(&self, request: Request<pb::ReadHeldRequest>) -> Result<Response<pb::ReadHeldResponse>, Status> {
         let r = request.into_inner();
         let id = raftmq_raft::held::HeldId {
             index: r.log_index,
             ordinal: r.ordinal,
         };
-        let sent = crate::transactions::check_locally(&self.broker, &r.topic, id).map_err(Status::from)?;
-        Ok(Response::new(pb::CheckTransactionResponse { sent }))
+        let m = crate::held::read_local(&self.broker.node, id).map_err(Status::from)?;
+        // The store time is not kept with a held message's copy: 0.
+        Ok(Response::new(pb::ReadHeldResponse {
+            message: crate::held::stored_bytes(&m, 0),
+        }))
     }
 
     async fn transfer_leader(

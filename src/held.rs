@@ -5,11 +5,17 @@
 
 use raftmq_raft::command::{AdminCommand, Command, Response, SendBatch, TopicConfig, TopicMessageType};
 use raftmq_raft::held::{self, HeldId};
+use raftmq_raft::message::MessageView;
 use raftmq_raft::{BatchOutcome, Message, RaftNode};
 
 use crate::batcher::{Batcher, WRITE_TIMEOUT};
+use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
+use crate::pb;
+
+/// How long a call to another node of the group may take.
+pub const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A message to hold: where it goes once released, and (timed) when.
 pub struct ToHold {
@@ -108,9 +114,18 @@ pub struct Release {
 }
 
 /// Reads a held message from this node's log.
-pub fn read(node: &RaftNode, id: HeldId) -> Result<Release, BrokerError> {
-    let m = held::read(&node.log, id)
-        .map_err(|e| BrokerError::Internal(format!("held message {}/{}: {e}", id.index, id.ordinal)))?;
+pub fn read_local(node: &RaftNode, id: HeldId) -> Result<Message, BrokerError> {
+    held::read(&node.log, id)
+        .map_err(|e| BrokerError::Internal(format!("held message {}/{}: {e}", id.index, id.ordinal)))
+}
+
+/// Reads a held message from this node's log, or else from another node
+/// of the group (a node that installed a snapshot past it lacks it).
+pub async fn read(broker: &Broker, id: HeldId) -> Result<Release, BrokerError> {
+    let m = match read_local(&broker.node, id) {
+        Ok(m) => m,
+        Err(local) => read_from_peers(broker, id).await.ok_or(local)?,
+    };
     let (topic, queue_id, message) = held::released(m).ok_or_else(|| {
         BrokerError::Internal(format!(
             "held message {}/{} does not say where it goes",
@@ -124,19 +139,52 @@ pub fn read(node: &RaftNode, id: HeldId) -> Result<Release, BrokerError> {
     })
 }
 
-/// Why a release could not be applied now, if it cannot: its topic is gone
-/// or has fewer queues (such a message can never be delivered).
-pub fn undeliverable(node: &RaftNode, r: &Release) -> Option<String> {
+async fn read_from_peers(broker: &Broker, id: HeldId) -> Option<Message> {
+    for addr in broker.group_client_addrs().into_iter().skip(1) {
+        let Ok(mut client) = broker.peer_client(&addr) else {
+            continue;
+        };
+        let mut req = tonic::Request::new(pb::ReadHeldRequest {
+            log_index: id.index,
+            ordinal: id.ordinal,
+        });
+        req.set_timeout(PEER_TIMEOUT);
+        let Ok(r) = client.read_held(req).await else { continue };
+        let bytes = r.into_inner().message;
+        // Validated like anything from the network.
+        if let Ok((view, _)) = MessageView::parse(&bytes) {
+            tracing::info!(
+                index = id.index,
+                ordinal = id.ordinal,
+                from = addr,
+                "read a held message from a peer"
+            );
+            return Some(view.to_message());
+        }
+    }
+    None
+}
+
+/// Encodes a message in the stored layout (what [`read_from_peers`] and
+/// check-backs carry between nodes).
+pub fn stored_bytes(m: &Message, store_timestamp_ms: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(m.encoded_len());
+    m.encode(store_timestamp_ms, &mut out);
+    out
+}
+
+/// Whether a release can go to its topic now: `Err(reason)` if the topic is
+/// gone (final: the message is dropped), `Ok(false)` if the topic does not
+/// take writes at the moment (it waits). A topic that has fewer queues
+/// than when the message was sent takes it in `queue % write_queues`.
+pub fn deliverable(node: &RaftNode, r: &mut Release) -> Result<bool, String> {
     match node.sm.topic(&r.topic) {
-        None => Some(format!("topic {} does not exist", r.topic)),
-        Some(t) if !t.writable() => Some(format!("topic {} is not writable", r.topic)),
-        Some(t) if r.queue_id >= t.write_queues => Some(format!(
-            "topic {} has {} write queues, not {}",
-            r.topic,
-            t.write_queues,
-            r.queue_id + 1
-        )),
-        Some(_) => None,
+        None => Err(format!("topic {} does not exist", r.topic)),
+        Some(t) if !t.writable() || t.write_queues == 0 => Ok(false),
+        Some(t) => {
+            r.queue_id %= t.write_queues;
+            Ok(true)
+        }
     }
 }
 

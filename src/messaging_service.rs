@@ -167,6 +167,12 @@ fn topic_name(r: Option<&v2::Resource>) -> Result<String, BrokerError> {
     let name = r.map(|r| r.name.clone()).unwrap_or_default();
     raftmq_store::queue_table::validate_topic(&name)
         .map_err(|e| BrokerError::Refused(Code::IllegalTopic, format!("topic: {e}")))?;
+    if raftmq_raft::held::is_system_topic(&name) {
+        return Err(BrokerError::Refused(
+            Code::Forbidden,
+            format!("{name} is a system topic"),
+        ));
+    }
     Ok(name)
 }
 

@@ -18,6 +18,7 @@ use raftmq_raft::command::AdminCommand;
 use raftmq_raft::held::{HeldId, TimerKey};
 use tokio::sync::watch;
 
+use crate::batcher::Batcher;
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
@@ -26,10 +27,14 @@ use crate::rocketmq::v2::Code;
 
 /// How often the leader looks for due messages: the delivery precision.
 pub const TICK: Duration = Duration::from_millis(100);
-/// Most messages released by one entry.
-const MAX_PER_RELEASE: usize = 256;
-/// Most message bytes released by one entry (well inside a record).
+/// Most messages released by one entry: their keys are the guard, which
+/// must fit the room the batcher keeps in a record for framing.
+const MAX_PER_RELEASE: usize = 64;
+/// Most message bytes released by one entry (also bounded by the record).
 const MAX_BYTES_PER_RELEASE: usize = 1 << 20;
+/// Timers that could not be released (unreadable, or their topic refuses
+/// writes) are tried again after this long.
+const RETRY_SKIPPED: Duration = Duration::from_secs(10);
 
 pub fn recall_handle(k: &TimerKey) -> String {
     format!("t1.{}.{}.{}", k.due_ms, k.id.index, k.id.ordinal)
@@ -56,10 +61,12 @@ pub async fn recall(broker: &Broker, topic: &str, handle: &str) -> Result<String
             "the timed message is not pending: delivered or recalled already".into(),
         )
     };
+    // A new leader may not have applied everything committed yet.
+    broker.node.linearizable().await?;
     if !broker.node.sm.with_metadata(|m| m.held.timers.contains(&key)) {
         return Err(not_pending());
     }
-    let r = held::read(&broker.node, key.id)?;
+    let r = held::read(broker, key.id).await?;
     if r.topic != topic {
         return Err(BrokerError::Refused(
             Code::BadRequest,
@@ -75,8 +82,10 @@ pub async fn recall(broker: &Broker, topic: &str, handle: &str) -> Result<String
 }
 
 /// Releases every timed message due now; returns how many were delivered.
-pub async fn release_due(broker: &Broker, unreadable: &mut HashSet<TimerKey>) -> Result<usize, BrokerError> {
+/// Timers that cannot go now are put in `skipped`.
+pub async fn release_due(broker: &Broker, skipped: &mut HashSet<TimerKey>) -> Result<usize, BrokerError> {
     let node = &broker.node;
+    let max_bytes = MAX_BYTES_PER_RELEASE.min(Batcher::max_batch_bytes(broker.cfg.store.max_record_size as usize));
     let mut delivered = 0;
     loop {
         let now = now_ms();
@@ -85,7 +94,7 @@ pub async fn release_due(broker: &Broker, unreadable: &mut HashSet<TimerKey>) ->
                 .timers
                 .iter()
                 .take_while(|k| k.due_ms <= now)
-                .filter(|k| !unreadable.contains(k))
+                .filter(|k| !skipped.contains(k))
                 .take(MAX_PER_RELEASE)
                 .copied()
                 .collect()
@@ -96,27 +105,34 @@ pub async fn release_due(broker: &Broker, unreadable: &mut HashSet<TimerKey>) ->
         let (mut keys, mut releases, mut dropped) = (Vec::new(), Vec::<Release>::new(), Vec::new());
         let mut bytes = 0;
         for k in due {
-            let r = match held::read(node, k.id) {
+            let mut r = match held::read(broker, k.id).await {
                 Ok(r) => r,
                 Err(e) => {
-                    // Not in this node's log (it installed a snapshot past
-                    // it): left for a leader that has it.
-                    tracing::error!(error = %e, "cannot read a due timed message");
-                    unreadable.insert(k);
+                    tracing::error!(error = %e, "cannot read a due timed message on any node; retrying later");
+                    skipped.insert(k);
                     continue;
                 }
             };
-            if let Some(why) = held::undeliverable(node, &r) {
-                tracing::warn!(message_id = r.message.message_id, "dropping a due timed message: {why}");
-                dropped.push(k);
-                continue;
+            match held::deliverable(node, &mut r) {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!(topic = r.topic, "a due timed message waits: its topic refuses writes");
+                    skipped.insert(k);
+                    continue;
+                }
+                Err(why) => {
+                    tracing::warn!(message_id = r.message.message_id, "dropping a due timed message: {why}");
+                    dropped.push(k);
+                    continue;
+                }
             }
-            bytes += r.message.encoded_len();
-            keys.push(k);
-            releases.push(r);
-            if bytes >= MAX_BYTES_PER_RELEASE {
+            let size = r.message.encoded_len();
+            if !keys.is_empty() && bytes + size > max_bytes {
                 break;
             }
+            bytes += size;
+            keys.push(k);
+            releases.push(r);
         }
         if !dropped.is_empty() {
             held::apply(node, &AdminCommand::ReleaseTimers { keys: dropped }).await?;
@@ -141,18 +157,21 @@ pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::tas
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Unreadable timers are retried after a change of leadership.
-        let mut unreadable = HashSet::new();
+        let mut skipped = HashSet::new();
+        let mut skipped_since = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = tick.tick() => {}
             }
+            if !broker.node.is_leader() || skipped_since.elapsed() >= RETRY_SKIPPED {
+                skipped.clear();
+                skipped_since = tokio::time::Instant::now();
+            }
             if !broker.node.is_leader() {
-                unreadable.clear();
                 continue;
             }
-            if let Err(e) = release_due(&broker, &mut unreadable).await {
+            if let Err(e) = release_due(&broker, &mut skipped).await {
                 tracing::warn!(error = %e, "releasing due timed messages failed; retrying");
             }
         }

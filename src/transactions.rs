@@ -20,8 +20,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use raftmq_raft::Message;
 use raftmq_raft::command::AdminCommand;
 use raftmq_raft::held::{self as rheld, HeldId};
+use raftmq_raft::message::MessageView;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
@@ -37,6 +40,8 @@ use crate::v2_message::{self, Delivery};
 pub const CHECK_TICK: Duration = Duration::from_millis(500);
 /// Most check-backs sent per tick.
 const MAX_CHECKS_PER_TICK: usize = 256;
+/// Check-backs under way at once.
+const CONCURRENT_CHECKS: usize = 16;
 
 pub fn transaction_id(id: HeldId) -> String {
     format!("x1.{}.{}", id.index, id.ordinal)
@@ -74,6 +79,8 @@ pub async fn end(
         )
     };
     let id = parse_transaction_id(transaction_id).ok_or_else(invalid)?;
+    // A new leader may not have applied everything committed yet.
+    broker.node.linearizable().await?;
     let pending = broker.node.sm.with_metadata(|m| {
         m.held
             .halves
@@ -97,12 +104,22 @@ pub async fn end(
             "rollback"
         }
         Resolution::Commit => {
-            let r = held::read(node, id)?;
-            if let Some(why) = held::undeliverable(node, &r) {
-                return Err(BrokerError::Refused(Code::Forbidden, format!("cannot commit: {why}")));
+            let mut r = held::read(broker, id).await?;
+            match held::deliverable(node, &mut r) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(BrokerError::Refused(
+                        Code::Forbidden,
+                        format!("cannot commit now: topic {topic} refuses writes"),
+                    ));
+                }
+                Err(why) => return Err(BrokerError::Refused(Code::Forbidden, format!("cannot commit: {why}"))),
             }
             if !held::release(node, &AdminCommand::EndTransaction { id }, vec![r]).await? {
-                return Err(invalid());
+                return Err(BrokerError::Refused(
+                    Code::InvalidTransactionId,
+                    format!("the commit of {transaction_id:?} lost a race: resolved meanwhile, or its topic changed"),
+                ));
             }
             "commit"
         }
@@ -116,30 +133,25 @@ pub async fn end(
     Ok(())
 }
 
-/// Passes a check-back for half message `id` of `topic` to a producer of
-/// the topic connected to this node. False if none is.
-pub fn check_locally(broker: &Broker, topic: &str, id: HeldId) -> Result<bool, BrokerError> {
+/// Passes a check-back for half message `id` of `topic` (the message
+/// itself, stored at `stored_ms`) to a producer of the topic connected to
+/// this node. False if none is.
+pub fn check_locally(broker: &Broker, topic: &str, id: HeldId, message: &Message, stored_ms: u64) -> bool {
     let producers = broker.clients.producers_of(topic);
     if producers.is_empty() {
-        return Ok(false);
+        return false;
     }
-    let r = held::read(&broker.node, id)?;
-    let mut bytes = Vec::with_capacity(r.message.encoded_len());
-    let stored = broker
-        .node
-        .sm
-        .with_metadata(|m| m.held.halves.get(&id).map(|h| h.stored_ms))
-        .unwrap_or(0);
-    r.message.encode(stored, &mut bytes);
-    let (view, _) =
-        raftmq_raft::message::MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+    let bytes = held::stored_bytes(message, stored_ms);
+    let Ok((view, _)) = MessageView::parse(&bytes) else {
+        return false;
+    };
     let addr = broker.client_addr();
     let message = v2_message::outgoing(
         &view,
         &Delivery {
             topic,
             namespace: "",
-            queue_id: r.queue_id,
+            queue_id: 0,
             queue_offset: 0,
             store_host: &addr,
             receipt_handle: None,
@@ -161,30 +173,63 @@ pub fn check_locally(broker: &Broker, topic: &str, id: HeldId) -> Result<bool, B
         if tx.try_send(Ok(cmd.clone())).is_ok() {
             tracing::debug!(client, topic, transaction = transaction_id(id), "sent a check-back");
             broker.metrics.transaction_checks.inc();
-            return Ok(true);
+            return true;
         }
     }
-    Ok(false)
+    false
+}
+
+/// A check-back passed on by the leader ([`pb::CheckTransactionRequest`]),
+/// if it names a pending half message of its topic.
+pub fn check_for_peer(broker: &Broker, r: &pb::CheckTransactionRequest) -> Result<bool, BrokerError> {
+    let id = HeldId {
+        index: r.log_index,
+        ordinal: r.ordinal,
+    };
+    let (view, _) =
+        MessageView::parse(&r.message).map_err(|e| BrokerError::Invalid(format!("check-back message: {e}")))?;
+    let pending = broker.node.sm.with_metadata(|m| {
+        m.held
+            .halves
+            .get(&id)
+            .is_some_and(|h| h.topic == r.topic && h.message_id == view.message_id)
+    });
+    if !pending {
+        return Ok(false);
+    }
+    Ok(check_locally(
+        broker,
+        &r.topic,
+        id,
+        &view.to_message(),
+        view.store_timestamp_ms,
+    ))
 }
 
 /// Asks this node, then the group's other nodes, to pass a check-back on.
-async fn check(broker: &Broker, topic: &str, id: HeldId) -> bool {
-    match check_locally(broker, topic, id) {
-        Ok(true) => return true,
-        Ok(false) => {}
-        Err(e) => tracing::warn!(error = %e, "check-back"),
+async fn check(broker: &Broker, topic: &str, id: HeldId, stored_ms: u64) -> bool {
+    let message = match held::read(broker, id).await {
+        Ok(r) => r.message,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a half message to check it back");
+            return false;
+        }
+    };
+    if check_locally(broker, topic, id, &message, stored_ms) {
+        return true;
     }
+    let bytes = held::stored_bytes(&message, stored_ms);
     for addr in broker.group_client_addrs().into_iter().skip(1) {
         let Ok(mut client) = broker.peer_client(&addr) else {
             continue;
         };
-        let req = pb::CheckTransactionRequest {
+        let mut req = tonic::Request::new(pb::CheckTransactionRequest {
             topic: topic.to_string(),
             log_index: id.index,
             ordinal: id.ordinal,
-        };
-        let mut req = tonic::Request::new(req);
-        req.set_timeout(Duration::from_secs(2));
+            message: bytes.clone(),
+        });
+        req.set_timeout(held::PEER_TIMEOUT);
         if let Ok(r) = client.check_transaction(req).await
             && r.into_inner().sent
         {
@@ -197,17 +242,24 @@ async fn check(broker: &Broker, topic: &str, id: HeldId) -> bool {
 /// One round of check-backs and give-ups; returns the checks counted.
 pub async fn check_due(broker: &Broker) -> Result<usize, BrokerError> {
     let cfg = &broker.cfg.transaction;
+    let policy = rheld::CheckPolicy {
+        immunity_ms: cfg.check_immunity_ms,
+        // A message's own immunity may not outlast all its checks.
+        max_immunity_ms: cfg.check_interval_ms.saturating_mul(u64::from(cfg.max_checks)),
+        interval_ms: cfg.check_interval_ms,
+    };
     let now = now_ms();
-    let (due, expired): (Vec<_>, Vec<_>) = broker.node.sm.with_metadata(|m| {
+    type Due = (HeldId, String, String, u32, u64);
+    let (due, expired): (Vec<Due>, Vec<Due>) = broker.node.sm.with_metadata(|m| {
         m.held
             .halves
             .iter()
-            .filter(|(_, h)| rheld::check_due(h, now, cfg.check_immunity_ms, cfg.check_interval_ms))
+            .filter(|(_, h)| rheld::check_due(h, now, &policy))
             .take(MAX_CHECKS_PER_TICK)
-            .map(|(id, h)| (*id, h.topic.clone(), h.message_id.clone(), h.checks))
-            .partition(|(_, _, _, checks)| *checks < cfg.max_checks)
+            .map(|(id, h)| (*id, h.topic.clone(), h.message_id.clone(), h.checks, h.stored_ms))
+            .partition(|(_, _, _, checks, _)| *checks < cfg.max_checks)
     });
-    for (id, topic, message_id, checks) in expired {
+    for (id, topic, message_id, checks, _) in expired {
         if held::apply(&broker.node, &AdminCommand::EndTransaction { id }).await? {
             tracing::warn!(
                 topic,
@@ -225,19 +277,23 @@ pub async fn check_due(broker: &Broker) -> Result<usize, BrokerError> {
     if due.is_empty() {
         return Ok(0);
     }
-    let mut ids = Vec::with_capacity(due.len());
-    for (id, topic, message_id, _) in due {
-        if !check(broker, &topic, id).await {
-            tracing::debug!(
-                topic,
-                message_id,
-                "no producer of the topic to check a transaction with"
-            );
-        }
-        // Counted whether or not a producer was there: a transaction
-        // whose producers are all gone is given up in the end.
-        ids.push(id);
-    }
+    // Concurrently: a peer that does not answer must not hold up the rest.
+    let ids: Vec<HeldId> = futures::stream::iter(due)
+        .map(|(id, topic, message_id, _, stored_ms)| async move {
+            if !check(broker, &topic, id, stored_ms).await {
+                tracing::debug!(
+                    topic,
+                    message_id,
+                    "no producer of the topic to check a transaction with"
+                );
+            }
+            // Counted whether or not a producer was there: a transaction
+            // whose producers are all gone is given up in the end.
+            id
+        })
+        .buffer_unordered(CONCURRENT_CHECKS)
+        .collect()
+        .await;
     let n = ids.len();
     held::apply(&broker.node, &AdminCommand::TransactionsChecked { ids, at_ms: now }).await?;
     Ok(n)

@@ -282,11 +282,23 @@ fn hold_of(
             }
             let levels = limits.delay_levels_ms;
             // RocketMQ clamps a level past the last one to the last one.
-            let delay = levels.get(level.min(levels.len()) - 1).copied().unwrap_or(0);
+            let delay = level
+                .min(levels.len())
+                .checked_sub(1)
+                .and_then(|i| levels.get(i))
+                .copied()
+                .unwrap_or(0);
             limits.now_ms.saturating_add(delay)
         }
         (None, None) => return Ok(Hold::None),
     };
+    if kind == v2::MessageType::Fifo {
+        // Holding one message back would reorder its message group.
+        return Err(bad(
+            Code::MessagePropertyConflictWithType,
+            "a FIFO message cannot be delayed",
+        ));
+    }
     if due > limits.now_ms.saturating_add(limits.max_delay_ms) {
         return Err(bad(
             Code::IllegalDeliveryTime,
@@ -542,6 +554,14 @@ mod tests {
         assert_eq!(level("99"), Ok(Hold::Until(1_010_000)));
         assert_eq!(level("0"), Ok(Hold::None));
         assert_eq!(level("x").unwrap_err().code, Code::IllegalMessagePropertyKey);
+        let mut fifo = msg(Some("g"));
+        fifo.user_properties.insert(P_DELAY_LEVEL.into(), "1".into());
+        assert_eq!(
+            incoming(fifo, &topic(TopicMessageType::Fifo), &limits(100))
+                .unwrap_err()
+                .code,
+            Code::MessagePropertyConflictWithType
+        );
         let mut m = msg(None);
         m.system_properties.as_mut().unwrap().message_type = v2::MessageType::Transaction as i32;
         let txn = topic(TopicMessageType::Transaction);

@@ -195,6 +195,8 @@ async fn status_codes_and_malformed_input() {
         (timed, Code::IllegalDeliveryTime),
         (msg("Nope", "id-n", b"x"), Code::TopicNotFound),
         (msg("bad topic", "id-n", b"x"), Code::IllegalTopic),
+        // Half and not-yet-due messages live there: no client may use it.
+        (msg("RMQ_SYS_TRANS_HALF_TOPIC", "id-s", b"x"), Code::Forbidden),
         (msg("F", "id-nogroup", b"x"), Code::MessagePropertyConflictWithType),
     ];
     for (m, want) in cases {

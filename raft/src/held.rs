@@ -48,6 +48,13 @@ pub const P_DELIVER_AT: &str = "__rmq.deliver_at";
 /// transaction check of one message (RocketMQ's name; seconds).
 pub const P_CHECK_IMMUNITY_SECS: &str = "CHECK_IMMUNITY_TIME_IN_SECONDS";
 
+/// Whether a topic is one of the held-message system topics: clients may
+/// neither use nor create nor delete them (half messages and messages not
+/// yet due must stay invisible).
+pub fn is_system_topic(name: &str) -> bool {
+    name == TIMER_TOPIC || name == HALF_TOPIC
+}
+
 /// Properties that only the held copy carries.
 pub fn is_hold_property(k: &str) -> bool {
     k == P_REAL_TOPIC || k == P_REAL_QUEUE
@@ -239,13 +246,24 @@ pub fn released(mut m: Message) -> Option<(String, u32, Message)> {
     Some((topic, queue, m))
 }
 
-/// Whether a transaction is due for a check-back at `now_ms`: first after
-/// its immunity, then every `interval_ms`.
-pub fn check_due(h: &HalfMessage, now_ms: u64, immunity_ms: u64, interval_ms: u64) -> bool {
+/// When half messages are checked back with their producers.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckPolicy {
+    /// First check this long after the half message was stored...
+    pub immunity_ms: u64,
+    /// ...unless the message asks for its own (then at most this long).
+    pub max_immunity_ms: u64,
+    /// Then every this long.
+    pub interval_ms: u64,
+}
+
+/// Whether a transaction is due for a check-back at `now_ms`.
+pub fn check_due(h: &HalfMessage, now_ms: u64, p: &CheckPolicy) -> bool {
     if h.checks == 0 {
-        now_ms >= h.stored_ms.saturating_add(h.immunity_ms.unwrap_or(immunity_ms))
+        let immunity = h.immunity_ms.map_or(p.immunity_ms, |i| i.min(p.max_immunity_ms));
+        now_ms >= h.stored_ms.saturating_add(immunity)
     } else {
-        now_ms >= h.last_check_ms.saturating_add(interval_ms)
+        now_ms >= h.last_check_ms.saturating_add(p.interval_ms)
     }
 }
 
@@ -314,15 +332,24 @@ mod tests {
             checks: 0,
             last_check_ms: 0,
         };
-        assert!(!check_due(&h, 6_999, 6_000, 60_000));
-        assert!(check_due(&h, 7_000, 6_000, 60_000));
+        let p = CheckPolicy {
+            immunity_ms: 6_000,
+            max_immunity_ms: 900_000,
+            interval_ms: 60_000,
+        };
+        assert!(!check_due(&h, 6_999, &p));
+        assert!(check_due(&h, 7_000, &p));
         h.checks = 1;
         h.last_check_ms = 7_000;
-        assert!(!check_due(&h, 66_999, 6_000, 60_000));
-        assert!(check_due(&h, 67_000, 6_000, 60_000));
+        assert!(!check_due(&h, 66_999, &p));
+        assert!(check_due(&h, 67_000, &p));
         h.checks = 0;
         h.immunity_ms = Some(0);
-        assert!(check_due(&h, 1_000, 6_000, 60_000));
+        assert!(check_due(&h, 1_000, &p));
+        // A message cannot put its check off past the broker's limit.
+        h.immunity_ms = Some(u64::MAX);
+        assert!(!check_due(&h, 900_999, &p));
+        assert!(check_due(&h, 901_000, &p));
     }
 
     #[test]
