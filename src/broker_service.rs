@@ -327,10 +327,9 @@ impl broker_server::Broker for BrokerService {
             index: r.log_index,
             ordinal: r.ordinal,
         };
-        let m = crate::held::read_local(&self.broker.node, id).map_err(Status::from)?;
-        // The store time is not kept with a held message's copy: 0.
+        let (m, stored_ms) = crate::held::read_local(&self.broker.node, id).map_err(Status::from)?;
         Ok(Response::new(pb::ReadHeldResponse {
-            message: crate::held::stored_bytes(&m, 0),
+            message: crate::held::stored_bytes(&m, stored_ms),
         }))
     }
 

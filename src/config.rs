@@ -134,6 +134,10 @@ pub struct TimerConfig {
     /// The delay of each level, from level 1 (RocketMQ's
     /// `messageDelayLevel`): numbers with a unit of s, m, h or d.
     pub delay_levels: String,
+    /// A pending timed message stored longer ago than this is stored again
+    /// (and its old copy let go), so that retention is never held back by
+    /// more than about this long (RocketMQ's timer rolls its log alike).
+    pub roll_after_ms: u64,
 }
 
 impl Default for TimerConfig {
@@ -141,6 +145,7 @@ impl Default for TimerConfig {
         TimerConfig {
             max_delay_ms: 40 * 24 * 3600 * 1000,
             delay_levels: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".into(),
+            roll_after_ms: 12 * 3600 * 1000,
         }
     }
 }

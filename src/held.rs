@@ -111,10 +111,12 @@ pub struct Release {
     pub topic: String,
     pub queue_id: u32,
     pub message: Message,
+    /// When the held copy was stored.
+    pub stored_ms: u64,
 }
 
-/// Reads a held message from this node's log.
-pub fn read_local(node: &RaftNode, id: HeldId) -> Result<Message, BrokerError> {
+/// Reads a held message from this node's log, with the time it was stored.
+pub fn read_local(node: &RaftNode, id: HeldId) -> Result<(Message, u64), BrokerError> {
     held::read(&node.log, id)
         .map_err(|e| BrokerError::Internal(format!("held message {}/{}: {e}", id.index, id.ordinal)))
 }
@@ -122,10 +124,7 @@ pub fn read_local(node: &RaftNode, id: HeldId) -> Result<Message, BrokerError> {
 /// Reads a held message from this node's log, or else from another node
 /// of the group (a node that installed a snapshot past it lacks it).
 pub async fn read(broker: &Broker, id: HeldId) -> Result<Release, BrokerError> {
-    let m = match read_local(&broker.node, id) {
-        Ok(m) => m,
-        Err(local) => read_from_peers(broker, id).await.ok_or(local)?,
-    };
+    let (m, stored_ms) = read_held_copy(broker, id).await?;
     let (topic, queue_id, message) = held::released(m).ok_or_else(|| {
         BrokerError::Internal(format!(
             "held message {}/{} does not say where it goes",
@@ -136,10 +135,20 @@ pub async fn read(broker: &Broker, id: HeldId) -> Result<Release, BrokerError> {
         topic,
         queue_id,
         message,
+        stored_ms,
     })
 }
 
-async fn read_from_peers(broker: &Broker, id: HeldId) -> Option<Message> {
+/// The held copy itself (with its hold properties) and its store time,
+/// from this node's log or another node's.
+pub async fn read_held_copy(broker: &Broker, id: HeldId) -> Result<(Message, u64), BrokerError> {
+    match read_local(&broker.node, id) {
+        Ok(m) => Ok(m),
+        Err(local) => read_from_peers(broker, id).await.ok_or(local),
+    }
+}
+
+async fn read_from_peers(broker: &Broker, id: HeldId) -> Option<(Message, u64)> {
     for addr in broker.group_client_addrs().into_iter().skip(1) {
         let Ok(mut client) = broker.peer_client(&addr) else {
             continue;
@@ -159,7 +168,7 @@ async fn read_from_peers(broker: &Broker, id: HeldId) -> Option<Message> {
                 from = addr,
                 "read a held message from a peer"
             );
-            return Some(view.to_message());
+            return Some((view.to_message(), view.store_timestamp_ms));
         }
     }
     None

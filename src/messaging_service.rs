@@ -364,7 +364,7 @@ impl MessagingService {
                         let (transaction_id, recall_handle) = match dues[k] {
                             Some(due_ms) => (
                                 String::new(),
-                                crate::timers::recall_handle(&raftmq_raft::held::TimerKey { due_ms, id }),
+                                crate::timers::recall_handle(&raftmq_raft::held::TimerKey { due_ms, id }, &ids[*i]),
                             ),
                             None => (crate::transactions::transaction_id(id), String::new()),
                         };

@@ -51,6 +51,9 @@ pub struct BrokerMetrics {
     pub leader_changes: Counter,
     /// Timed messages this node released into their topics as leader.
     pub timers_released: Counter,
+    /// Timed messages this node stored again as leader (their copies were
+    /// old: `timer.roll_after_ms`).
+    pub timers_rolled: Counter,
     /// Transactions this node ended as leader: commit, rollback, discarded.
     pub transactions: Family<OutcomeLabels, Counter>,
     /// Transaction check-backs this node sent to producers.
@@ -79,6 +82,7 @@ impl BrokerMetrics {
             receive_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             leader_changes: Counter::default(),
             timers_released: Counter::default(),
+            timers_rolled: Counter::default(),
             transactions: Family::default(),
             transaction_checks: Counter::default(),
             registry: Registry::default(),
@@ -104,6 +108,11 @@ impl BrokerMetrics {
             "timers_released",
             "Timed messages released into their topics by this node as leader",
             m.timers_released.clone(),
+        );
+        registry.register(
+            "timers_rolled",
+            "Timed messages stored again by this node as leader because their copies were old",
+            m.timers_rolled.clone(),
         );
         registry.register(
             "transactions_ended",

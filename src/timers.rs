@@ -8,7 +8,14 @@
 //! once, after its time, whichever leader does it. A new leader simply
 //! finds the due messages still in the set.
 //!
-//! A recall handle names a pending timer: `t1.<due ms>.<log index>.<ordinal>`.
+//! A held copy older than `timer.roll_after_ms` whose message is not due
+//! soon is *rolled*: stored again in a new entry by a guarded send whose
+//! guard lets the old copy go, so one far-off timer never keeps retention
+//! from deleting the log it was first written to.
+//!
+//! A recall handle names a pending timer and its message:
+//! `t1.<due ms>.<log index>.<ordinal>.<message id>`; after a roll the
+//! message is found again by its due time and id.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -35,25 +42,35 @@ const MAX_BYTES_PER_RELEASE: usize = 1 << 20;
 /// Timers that could not be released (unreadable, or their topic refuses
 /// writes) are tried again after this long.
 const RETRY_SKIPPED: Duration = Duration::from_secs(10);
+/// Messages due within this long (or within `roll_after_ms`, if shorter)
+/// are released soon anyway: not rolled.
+const ROLL_MARGIN: Duration = Duration::from_secs(60);
+/// Timers with the same due time looked at to find a rolled one by its id.
+const MAX_SAME_DUE: usize = 4096;
 
-pub fn recall_handle(k: &TimerKey) -> String {
-    format!("t1.{}.{}.{}", k.due_ms, k.id.index, k.id.ordinal)
+pub fn recall_handle(k: &TimerKey, message_id: &str) -> String {
+    format!("t1.{}.{}.{}.{message_id}", k.due_ms, k.id.index, k.id.ordinal)
 }
 
-pub fn parse_recall_handle(s: &str) -> Option<TimerKey> {
-    let mut parts = s.strip_prefix("t1.")?.split('.');
+/// The timer and message id a recall handle names.
+pub fn parse_recall_handle(s: &str) -> Option<(TimerKey, &str)> {
+    let mut parts = s.strip_prefix("t1.")?.splitn(4, '.');
     let due_ms = parts.next()?.parse().ok()?;
     let index = parts.next()?.parse().ok()?;
     let ordinal = parts.next()?.parse().ok()?;
-    parts.next().is_none().then_some(TimerKey {
-        due_ms,
-        id: HeldId { index, ordinal },
-    })
+    let message_id = parts.next().filter(|m| !m.is_empty())?;
+    Some((
+        TimerKey {
+            due_ms,
+            id: HeldId { index, ordinal },
+        },
+        message_id,
+    ))
 }
 
 /// Cancels a pending timed message of `topic`; returns its message id.
 pub async fn recall(broker: &Broker, topic: &str, handle: &str) -> Result<String, BrokerError> {
-    let key = parse_recall_handle(handle)
+    let (key, message_id) = parse_recall_handle(handle)
         .ok_or_else(|| BrokerError::Refused(Code::BadRequest, format!("{handle:?} is not a recall handle")))?;
     let not_pending = || {
         BrokerError::Refused(
@@ -63,22 +80,102 @@ pub async fn recall(broker: &Broker, topic: &str, handle: &str) -> Result<String
     };
     // A new leader may not have applied everything committed yet.
     broker.node.linearizable().await?;
-    if !broker.node.sm.with_metadata(|m| m.held.timers.contains(&key)) {
-        return Err(not_pending());
+    // The handle's key, or (rolled since) a timer of the same due time.
+    let candidates: Vec<TimerKey> = broker.node.sm.with_metadata(|m| {
+        if m.held.timers.contains(&key) {
+            return vec![key];
+        }
+        let from = TimerKey {
+            due_ms: key.due_ms,
+            id: HeldId { index: 0, ordinal: 0 },
+        };
+        m.held
+            .timers
+            .range(from..)
+            .take_while(|k| k.due_ms == key.due_ms)
+            .take(MAX_SAME_DUE)
+            .copied()
+            .collect()
+    });
+    for k in candidates {
+        let r = held::read(broker, k.id).await?;
+        if r.message.message_id != message_id {
+            continue;
+        }
+        if r.topic != topic {
+            return Err(BrokerError::Refused(
+                Code::BadRequest,
+                format!("the recall handle is for another topic than {topic}"),
+            ));
+        }
+        if !held::apply(&broker.node, &AdminCommand::ReleaseTimers { keys: vec![k] }).await? {
+            return Err(not_pending());
+        }
+        tracing::info!(topic, message_id, "recalled a timed message");
+        return Ok(message_id.to_string());
     }
-    let r = held::read(broker, key.id).await?;
-    if r.topic != topic {
-        return Err(BrokerError::Refused(
-            Code::BadRequest,
-            format!("the recall handle is for another topic than {topic}"),
-        ));
+    Err(not_pending())
+}
+
+/// Stores again the timed messages whose held copies are older than
+/// `roll_after_ms` and not due within [`ROLL_MARGIN`]; returns how many.
+pub async fn roll_old(broker: &Broker, roll_after_ms: u64) -> Result<usize, BrokerError> {
+    let node = &broker.node;
+    let now = now_ms();
+    // The timers in the lowest entries (they hold the log back), oldest
+    // first: a bounded max-heap over the whole set.
+    let oldest: Vec<TimerKey> = node.sm.with_metadata(|m| {
+        let mut heap = std::collections::BinaryHeap::with_capacity(MAX_PER_RELEASE + 1);
+        for k in &m.held.timers {
+            heap.push((k.id, *k));
+            if heap.len() > MAX_PER_RELEASE {
+                heap.pop();
+            }
+        }
+        let mut v: Vec<(HeldId, TimerKey)> = heap.into_vec();
+        v.sort();
+        v.into_iter().map(|(_, k)| k).collect()
+    });
+    let margin = (ROLL_MARGIN.as_millis() as u64).min(roll_after_ms);
+    let max_bytes = MAX_BYTES_PER_RELEASE.min(Batcher::max_batch_bytes(broker.cfg.store.max_record_size as usize));
+    let (mut keys, mut copies, mut bytes) = (Vec::new(), Vec::new(), 0);
+    for k in oldest {
+        if k.due_ms <= now.saturating_add(margin) {
+            continue;
+        }
+        let (m, stored_ms) = held::read_held_copy(broker, k.id).await?;
+        if stored_ms.saturating_add(roll_after_ms) > now {
+            // Entries are in store order: the rest are younger.
+            break;
+        }
+        let size = m.encoded_len();
+        if !keys.is_empty() && bytes + size > max_bytes {
+            break;
+        }
+        bytes += size;
+        keys.push(k);
+        copies.push(m);
     }
-    let id = r.message.message_id;
-    if !held::apply(&broker.node, &AdminCommand::ReleaseTimers { keys: vec![key] }).await? {
-        return Err(not_pending());
+    if keys.is_empty() {
+        return Ok(0);
     }
-    tracing::info!(topic, message_id = id, "recalled a timed message");
-    Ok(id)
+    let n = keys.len();
+    let batch = raftmq_raft::SendBatch {
+        topic: raftmq_raft::held::TIMER_TOPIC.to_string(),
+        queue_id: 0,
+        messages: copies,
+    };
+    let cmd = raftmq_raft::Command::guarded_send(&AdminCommand::ReleaseTimers { keys }, &[batch], now)
+        .map_err(|e| BrokerError::Internal(e.to_string()))?;
+    match held::write(node, cmd).await?.1 {
+        raftmq_raft::Response::Sent(o) if matches!(o.first(), Some(raftmq_raft::BatchOutcome::Appended { .. })) => {
+            broker.metrics.timers_rolled.inc_by(n as u64);
+            tracing::info!(count = n, "rolled timed messages into a new entry");
+            Ok(n)
+        }
+        // A release or recall came first; the next round looks again.
+        _ => Ok(0),
+    }
 }
 
 /// Releases every timed message due now; returns how many were delivered.
@@ -159,6 +256,7 @@ pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::tas
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut skipped = HashSet::new();
         let mut skipped_since = tokio::time::Instant::now();
+        let mut last_roll = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -170,6 +268,14 @@ pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::tas
             }
             if !broker.node.is_leader() {
                 continue;
+            }
+            let roll_after = broker.cfg.timer.roll_after_ms;
+            let roll_every = Duration::from_millis(roll_after / 2).clamp(TICK, Duration::from_secs(60));
+            if last_roll.elapsed() >= roll_every {
+                last_roll = tokio::time::Instant::now();
+                if let Err(e) = roll_old(&broker, roll_after).await {
+                    tracing::warn!(error = %e, "rolling old timed messages failed; retrying");
+                }
             }
             if let Err(e) = release_due(&broker, &mut skipped).await {
                 tracing::warn!(error = %e, "releasing due timed messages failed; retrying");
@@ -185,8 +291,18 @@ mod tests {
     #[test]
     fn recall_handles_round_trip_and_reject_garbage() {
         let k = TimerKey::from((1_700_000_000_123, 42, 3));
-        assert_eq!(parse_recall_handle(&recall_handle(&k)), Some(k));
-        for bad in ["", "t1.", "t1.1.2", "t1.1.2.3.4", "t2.1.2.3", "t1.a.2.3", "t1.1.2.-3"] {
+        let h = recall_handle(&k, "01AB.CD");
+        assert_eq!(parse_recall_handle(&h), Some((k, "01AB.CD")));
+        for bad in [
+            "",
+            "t1.",
+            "t1.1.2",
+            "t1.1.2.3",
+            "t1.1.2.3.",
+            "t2.1.2.3.x",
+            "t1.a.2.3.x",
+            "t1.1.2.-3.x",
+        ] {
             assert_eq!(parse_recall_handle(bad), None, "{bad}");
         }
     }

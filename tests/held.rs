@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::Cluster;
+use common::{Cluster, scrape, sum_of};
 use raftmq::client::{Client, Outgoing};
 
 /// Receives from `topic` until `want` bodies arrived or `within` passed;
@@ -131,4 +131,51 @@ async fn timers_and_transactions_survive_a_restart_of_every_node() {
             .is_empty()
     );
     assert!(receive_all(&client, "Txn", 1, Duration::from_secs(2)).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_timed_messages_are_rolled_and_still_recalled_and_delivered_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Copies older than a second are stored again (every half second).
+    let c = Cluster::start_with(dir.path(), 3, "async", "[timer]\nroll_after_ms = 1000\n");
+    c.create_topic("Timed", 2, "DELAY").await;
+    let endpoints: Vec<String> = c.nodes.iter().map(|n| n.client_addr.clone()).collect();
+    let client = Client::connect(&endpoints.join(";")).unwrap();
+    let due = raftmq::clock::now_ms() + 5_000;
+    let batch = (0..10)
+        .map(|i| Outgoing::new("Timed", format!("r{i}")).deliver_at(due + i))
+        .collect();
+    let sent = client.send_batch(batch).await.unwrap();
+    // Rolled at least once (and so out of the entries they were sent in).
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    let rolled = loop {
+        let rolled: f64 = c
+            .nodes
+            .iter()
+            .map(|n| sum_of(&scrape(&n.metrics_addr), "raftmq_timers_rolled_total", &[]))
+            .sum();
+        if rolled >= 10.0 || std::time::Instant::now() > deadline {
+            break rolled;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(rolled >= 10.0, "rolled {rolled} timed messages, not all 10");
+    // The handle from the send still recalls its message.
+    assert_eq!(
+        client.recall("Timed", &sent[3].recall_handle).await.unwrap(),
+        sent[3].message_id
+    );
+    let got = receive_all(&client, "Timed", 9, Duration::from_secs(20)).await;
+    let mut want: Vec<String> = (0..10).filter(|i| *i != 3).map(|i| format!("r{i}")).collect();
+    want.sort();
+    assert_eq!(got.keys().cloned().collect::<Vec<_>>(), want);
+    for (body, stores) in &got {
+        assert_eq!(stores.len(), 1, "{body} delivered {} times", stores.len());
+        assert!(stores[0] >= due, "{body} released before it was due");
+    }
+    assert!(
+        receive_all(&client, "Timed", 1, Duration::from_secs(2))
+            .await
+            .is_empty()
+    );
 }

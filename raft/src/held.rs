@@ -218,8 +218,8 @@ impl Held {
     }
 }
 
-/// Reads a held message back from the log.
-pub fn read(log: &LogStore, id: HeldId) -> io::Result<Message> {
+/// Reads a held message back from the log, with the time it was stored.
+pub fn read(log: &LogStore, id: HeldId) -> io::Result<(Message, u64)> {
     let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
     let cmd = log
         .command_at(id.index)?
@@ -232,7 +232,7 @@ pub fn read(log: &LogStore, id: HeldId) -> io::Result<Message> {
         .iter()
         .flat_map(|b| b.messages.iter())
         .nth(id.ordinal as usize)
-        .map(|(_, _, v)| v.to_message())
+        .map(|(_, _, v)| (v.to_message(), v.store_timestamp_ms))
         .ok_or_else(|| invalid(format!("entry {} has no message {}", id.index, id.ordinal)))
 }
 
