@@ -227,7 +227,7 @@ async fn status_codes_and_malformed_input() {
         .unwrap()
         .into_inner();
     assert_eq!(code(&r.status), Code::InvalidTransactionId);
-    for (handle, want) in [("garbage", Code::BadRequest), ("t1.1.999999.0", Code::NotFound)] {
+    for (handle, want) in [("garbage", Code::BadRequest), ("t1.1.999999.0.id-1", Code::NotFound)] {
         let r = c
             .recall_message(v2::RecallMessageRequest {
                 topic: topic.clone(),
