@@ -35,6 +35,8 @@ pub fn heartbeat(broker: &Broker) -> Option<pb::BrokerHeartbeat> {
         .sm
         .topics()
         .into_iter()
+        // Clients may not use the held-message topics: no routes to them.
+        .filter(|t| !raftmq_raft::held::is_system_topic(&t.name))
         .map(|t| pb::TopicData {
             name: t.name,
             read_queues: t.read_queues,

@@ -222,6 +222,14 @@ async fn timed_messages_recall_delay_levels_and_transactions() {
     let all = env.endpoints();
     env.scenario("timed", &all, "Timed", "TimedGroup").await;
     env.scenario("transactions", &all, "Txn", "TxnGroup").await;
+    // The held-message system topics exist now, but are not routed.
+    let (ok, out, err) = raftmq_cli(&["topic", "list", "--namesrv", &env.namesrv.addr]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Timed") && out.contains("Txn"), "{out}");
+    assert!(
+        !out.contains("rmq_sys_wheel_timer") && !out.contains("RMQ_SYS_TRANS_HALF_TOPIC"),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
