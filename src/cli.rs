@@ -33,6 +33,9 @@ pub enum Command {
     Produce(crate::client_cli::ProduceArgs),
     /// Receive (and acknowledge) messages through the RocketMQ 5 protocol.
     Consume(crate::client_cli::ConsumeArgs),
+    /// Cancel a timed message that is not due yet, by the recall handle
+    /// `produce --delay` printed.
+    Recall(crate::client_cli::RecallArgs),
     /// Load a cluster: produce, consume or both; msgs/s, MiB/s, latency.
     #[command(subcommand)]
     Bench(crate::bench_cli::BenchCommand),
@@ -124,6 +127,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(a) => runtime()?.block_on(crate::dev::run(a)),
         Command::Produce(a) => runtime()?.block_on(crate::client_cli::produce(a)),
         Command::Consume(a) => runtime()?.block_on(crate::client_cli::consume(a)),
+        Command::Recall(a) => runtime()?.block_on(crate::client_cli::recall(a)),
         Command::Bench(cmd) => runtime()?.block_on(crate::bench_cli::run(cmd)),
         Command::Broker { config } => tokio::runtime::Builder::new_multi_thread()
             .enable_all()

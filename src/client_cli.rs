@@ -40,6 +40,28 @@ pub struct ProduceArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct RecallArgs {
+    /// Access points: host:port, several separated by ';'.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub endpoint: String,
+    #[arg(long)]
+    pub topic: String,
+    /// The recall handle a timed send returned.
+    #[arg(long)]
+    pub handle: String,
+}
+
+pub async fn recall(a: RecallArgs) -> anyhow::Result<()> {
+    let client = Client::connect(&a.endpoint)?;
+    let id = client
+        .recall(&a.topic, &a.handle)
+        .await
+        .map_err(|e| anyhow::anyhow!("recall: {e}"))?;
+    println!("recalled {id} from {}", a.topic);
+    Ok(())
+}
+
+#[derive(Debug, clap::Args)]
 pub struct ConsumeArgs {
     /// Access points: host:port, several separated by ';'.
     #[arg(long, default_value = "127.0.0.1:8081")]

@@ -32,7 +32,8 @@ use crate::error::BrokerError;
 use crate::held::{self, Release};
 use crate::rocketmq::v2::Code;
 
-/// How often the leader looks for due messages: the delivery precision.
+/// How often the leader looks for new due messages at the least; a known
+/// due time is waited for exactly.
 pub const TICK: Duration = Duration::from_millis(100);
 /// Most messages released by one entry: their keys are the guard, which
 /// must fit the room the batcher keeps in a record for framing.
@@ -252,15 +253,27 @@ pub async fn release_due(broker: &Broker, skipped: &mut HashSet<TimerKey>) -> Re
 /// Runs the release loop on this node; it acts while the node leads.
 pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut skipped = HashSet::new();
         let mut skipped_since = tokio::time::Instant::now();
         let mut last_roll = tokio::time::Instant::now();
+        let mut failed = false;
         loop {
+            // A leader waits until the next due time, but at least every
+            // tick (a new timer may be due sooner than the ones known now);
+            // a full tick after a failure, and on followers.
+            let next_due = broker
+                .node
+                .sm
+                .with_metadata(|m| m.held.timers.iter().find(|k| !skipped.contains(*k)).map(|k| k.due_ms));
+            let wait = match next_due {
+                Some(due) if !failed && broker.node.is_leader() => {
+                    Duration::from_millis(due.saturating_sub(now_ms())).min(TICK)
+                }
+                _ => TICK,
+            };
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
             }
             if !broker.node.is_leader() || skipped_since.elapsed() >= RETRY_SKIPPED {
                 skipped.clear();
@@ -277,9 +290,13 @@ pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::tas
                     tracing::warn!(error = %e, "rolling old timed messages failed; retrying");
                 }
             }
-            if let Err(e) = release_due(&broker, &mut skipped).await {
-                tracing::warn!(error = %e, "releasing due timed messages failed; retrying");
-            }
+            failed = match release_due(&broker, &mut skipped).await {
+                Ok(_) => false,
+                Err(e) => {
+                    tracing::warn!(error = %e, "releasing due timed messages failed; retrying");
+                    true
+                }
+            };
         }
     })
 }

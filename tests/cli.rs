@@ -153,6 +153,37 @@ async fn admin_commands_against_a_real_cluster() {
     let out = ok(&["message", "range", "--namesrv", n, "--topic", "Cli", "--begin", "1h"]);
     assert_eq!(out.lines().filter(|l| l.contains("order-7")).count(), 6, "{out}");
     assert!(out.contains("queue ") && out.contains(" offset "), "{out}");
+    // A timed message, recalled by the handle produce printed: once only.
+    ok(&[
+        "topic",
+        "create",
+        "--namesrv",
+        n,
+        "--topic",
+        "Later",
+        "--message-type",
+        "DELAY",
+    ]);
+    let out = ok(&[
+        "produce",
+        "--endpoint",
+        &access,
+        "--topic",
+        "Later",
+        "--delay",
+        "1h",
+        "--count",
+        "1",
+    ]);
+    let handle = out
+        .split("recall handle ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches([')', '\n']);
+    let out = ok(&["recall", "--endpoint", &access, "--topic", "Later", "--handle", handle]);
+    assert!(out.starts_with("recalled "), "{out}");
+    let (again, _, err) = raftmq_cli(&["recall", "--endpoint", &access, "--topic", "Later", "--handle", handle]);
+    assert!(!again && err.contains("not pending"), "{err}");
     let later = (raftmq::clock::now_ms() + 3_600_000).to_string();
     let (found, _, _) = raftmq_cli(&["message", "range", "--namesrv", n, "--topic", "Cli", "--begin", &later]);
     assert!(!found, "nothing was stored in the future");
