@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use raftmq_raft::RaftNode;
 use raftmq_raft::command::{BatchOutcome, Command, Response, SendBatch};
+use raftmq_raft::types::LogId;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::now_ms;
@@ -91,6 +92,17 @@ impl Batcher {
     }
 }
 
+/// Proposes `cmd` and waits at most [`WRITE_TIMEOUT`] for its outcome
+/// (the batcher's proposals, and the broker's own: releases, topics).
+pub async fn write_bounded(node: &RaftNode, cmd: Command) -> Result<(LogId, Response), BrokerError> {
+    match tokio::time::timeout(WRITE_TIMEOUT, node.write(cmd)).await {
+        Ok(r) => r.map_err(BrokerError::from),
+        Err(_) => Err(BrokerError::OutcomeUnknown(format!(
+            "not committed within {WRITE_TIMEOUT:?} (is the leader cut off?)"
+        ))),
+    }
+}
+
 async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: usize) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     // A send that did not fit in the previous entry starts the next one.
@@ -129,12 +141,7 @@ async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: us
             let counts: Vec<u32> = batches.iter().map(|b| b.messages.len() as u32).collect();
             let result = match Command::send(&batches, now_ms()) {
                 Err(e) => Err(BrokerError::Invalid(e.to_string())),
-                Ok(cmd) => match tokio::time::timeout(WRITE_TIMEOUT, node.write(cmd)).await {
-                    Ok(r) => r.map_err(BrokerError::from),
-                    Err(_) => Err(BrokerError::OutcomeUnknown(format!(
-                        "not committed within {WRITE_TIMEOUT:?} (is the leader cut off?)"
-                    ))),
-                },
+                Ok(cmd) => write_bounded(&node, cmd).await,
             };
             match result {
                 Ok((log_id, Response::Sent(outcomes))) if outcomes.len() == replies.len() => {

@@ -23,6 +23,22 @@ use crate::pb;
 use crate::pb::broker_client::BrokerClient;
 use crate::pop::{GroupDefaults, Popper};
 
+/// Creates a topic the broker itself writes to (a dead-letter or system
+/// topic: one queue, any message type) unless it exists.
+pub async fn ensure_internal_topic(node: &RaftNode, name: &str) -> Result<(), BrokerError> {
+    if node.sm.topic(name).is_none() {
+        let t = TopicConfig {
+            name: name.to_string(),
+            read_queues: 1,
+            write_queues: 1,
+            perm: 6,
+            message_type: raftmq_raft::command::TopicMessageType::Mixed,
+        };
+        crate::batcher::write_bounded(node, raftmq_raft::Command::admin(&AdminCommand::PutTopic(t))).await?;
+    }
+    Ok(())
+}
+
 /// How long a follower waits for a leader to forward to.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
 
@@ -153,45 +169,7 @@ impl Broker {
         queue_id: u32,
         messages: Vec<Message>,
     ) -> Result<(u64, u32), BrokerError> {
-        let t = self
-            .node
-            .sm
-            .topic(topic)
-            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
-        if !t.writable() {
-            return Err(BrokerError::Invalid(format!("topic {topic} is not writable")));
-        }
-        if queue_id >= t.write_queues {
-            return Err(BrokerError::Invalid(format!(
-                "queue {queue_id} does not exist: topic {topic} has {} write queues",
-                t.write_queues
-            )));
-        }
-        if messages.is_empty() {
-            return Err(BrokerError::Invalid("a send needs at least one message".into()));
-        }
-        if let Some((used, limit)) = self.node.store.commitlog().disk_full() {
-            return Err(BrokerError::DiskFull(format!(
-                "{used:.1}% of the disk is used; writes are refused above {limit:.1}%"
-            )));
-        }
-        let total: usize = messages.iter().map(Message::encoded_len).sum();
-        let max = Batcher::max_batch_bytes(self.cfg.store.max_record_size as usize);
-        if total > max {
-            return Err(BrokerError::Invalid(format!(
-                "a send of {total} bytes exceeds the largest batch of {max} bytes"
-            )));
-        }
-        for m in &messages {
-            if m.body.len() > self.cfg.max_body_bytes {
-                return Err(BrokerError::Invalid(format!(
-                    "message body of {} bytes exceeds the limit of {}",
-                    m.body.len(),
-                    self.cfg.max_body_bytes
-                )));
-            }
-            m.validate().map_err(|e| BrokerError::Invalid(e.to_string()))?;
-        }
+        self.check_send(topic, queue_id, &messages)?;
         let bytes: u64 = messages.iter().map(|m| m.body.len() as u64).sum();
         let batch = SendBatch {
             topic: topic.to_string(),
@@ -227,6 +205,52 @@ impl Broker {
             }
             BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
         }
+    }
+
+    /// What a send must pass before it is proposed (on the leader): the
+    /// queue exists and takes writes, the disk has room, and the messages
+    /// are valid and fit one record.
+    pub fn check_send(&self, topic: &str, queue_id: u32, messages: &[Message]) -> Result<(), BrokerError> {
+        let t = self
+            .node
+            .sm
+            .topic(topic)
+            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        if !t.writable() {
+            return Err(BrokerError::Invalid(format!("topic {topic} is not writable")));
+        }
+        if queue_id >= t.write_queues {
+            return Err(BrokerError::Invalid(format!(
+                "queue {queue_id} does not exist: topic {topic} has {} write queues",
+                t.write_queues
+            )));
+        }
+        if messages.is_empty() {
+            return Err(BrokerError::Invalid("a send needs at least one message".into()));
+        }
+        if let Some((used, limit)) = self.node.store.commitlog().disk_full() {
+            return Err(BrokerError::DiskFull(format!(
+                "{used:.1}% of the disk is used; writes are refused above {limit:.1}%"
+            )));
+        }
+        let total: usize = messages.iter().map(Message::encoded_len).sum();
+        let max = Batcher::max_batch_bytes(self.cfg.store.max_record_size as usize);
+        if total > max {
+            return Err(BrokerError::Invalid(format!(
+                "a send of {total} bytes exceeds the largest batch of {max} bytes"
+            )));
+        }
+        for m in messages {
+            if m.body.len() > self.cfg.max_body_bytes {
+                return Err(BrokerError::Invalid(format!(
+                    "message body of {} bytes exceeds the limit of {}",
+                    m.body.len(),
+                    self.cfg.max_body_bytes
+                )));
+            }
+            m.validate().map_err(|e| BrokerError::Invalid(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Reads committed messages from this node's applied state.

@@ -3,13 +3,13 @@
 //! state and its rules are in [`raftmq_raft::held`]; [`crate::timers`] and
 //! [`crate::transactions`] decide when to release.
 
-use raftmq_raft::command::{AdminCommand, Command, Response, SendBatch, TopicConfig, TopicMessageType};
+use raftmq_raft::command::{AdminCommand, Command, Response, SendBatch};
 use raftmq_raft::held::{self, HeldId};
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{BatchOutcome, Message, RaftNode};
 
-use crate::batcher::{Batcher, WRITE_TIMEOUT};
-use crate::broker::Broker;
+use crate::batcher::write_bounded;
+use crate::broker::{Broker, ensure_internal_topic};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::pb;
@@ -25,47 +25,10 @@ pub struct ToHold {
     pub due_ms: Option<u64>,
 }
 
-/// Creates a system topic (one queue, any message type) unless it exists.
-pub async fn ensure_system_topic(node: &RaftNode, name: &str) -> Result<(), BrokerError> {
-    if node.sm.topic(name).is_some() {
-        return Ok(());
-    }
-    let t = TopicConfig {
-        name: name.to_string(),
-        read_queues: 1,
-        write_queues: 1,
-        perm: 6,
-        message_type: TopicMessageType::Mixed,
-    };
-    write(node, Command::admin(&AdminCommand::PutTopic(t))).await?;
-    Ok(())
-}
-
-/// Proposes `cmd`, bounded like the batcher's proposals.
-pub async fn write(node: &RaftNode, cmd: Command) -> Result<(raftmq_raft::types::LogId, Response), BrokerError> {
-    match tokio::time::timeout(WRITE_TIMEOUT, node.write(cmd)).await {
-        Ok(r) => r.map_err(BrokerError::from),
-        Err(_) => Err(BrokerError::OutcomeUnknown(format!(
-            "not committed within {WRITE_TIMEOUT:?} (is the leader cut off?)"
-        ))),
-    }
-}
-
 /// Stores messages in `system_topic` through the batcher (so concurrent
 /// timed sends share entries as plain sends do) and returns their ids.
-pub async fn store(
-    node: &RaftNode,
-    batcher: &Batcher,
-    max_record: usize,
-    system_topic: &str,
-    msgs: Vec<ToHold>,
-) -> Result<Vec<HeldId>, BrokerError> {
-    if let Some((used, limit)) = node.store.commitlog().disk_full() {
-        return Err(BrokerError::DiskFull(format!(
-            "{used:.1}% of the disk is used; writes are refused above {limit:.1}%"
-        )));
-    }
-    ensure_system_topic(node, system_topic).await?;
+pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Result<Vec<HeldId>, BrokerError> {
+    ensure_internal_topic(&broker.node, system_topic).await?;
     let messages: Vec<Message> = msgs
         .into_iter()
         .map(|h| {
@@ -78,23 +41,14 @@ pub async fn store(
             m
         })
         .collect();
-    let total: usize = messages.iter().map(Message::encoded_len).sum();
-    let max = Batcher::max_batch_bytes(max_record);
-    if total > max {
-        return Err(BrokerError::Invalid(format!(
-            "a send of {total} bytes exceeds the largest batch of {max} bytes"
-        )));
-    }
-    for m in &messages {
-        m.validate().map_err(|e| BrokerError::Invalid(e.to_string()))?;
-    }
+    broker.check_send(system_topic, 0, &messages)?;
     let n = messages.len() as u32;
     let batch = SendBatch {
         topic: system_topic.to_string(),
         queue_id: 0,
         messages,
     };
-    let placed = batcher.send_placed(batch).await?;
+    let placed = broker.batcher.send_placed(batch).await?;
     match placed.outcome {
         BatchOutcome::Appended { .. } => Ok((0..n)
             .map(|k| HeldId {
@@ -125,6 +79,10 @@ pub fn read_local(node: &RaftNode, id: HeldId) -> Result<(Message, u64), BrokerE
 /// of the group (a node that installed a snapshot past it lacks it).
 pub async fn read(broker: &Broker, id: HeldId) -> Result<Release, BrokerError> {
     let (m, stored_ms) = read_held_copy(broker, id).await?;
+    release_of(id, m, stored_ms)
+}
+
+fn release_of(id: HeldId, m: Message, stored_ms: u64) -> Result<Release, BrokerError> {
     let (topic, queue_id, message) = held::released(m).ok_or_else(|| {
         BrokerError::Internal(format!(
             "held message {}/{} does not say where it goes",
@@ -145,6 +103,36 @@ pub async fn read_held_copy(broker: &Broker, id: HeldId) -> Result<(Message, u64
     match read_local(&broker.node, id) {
         Ok(m) => Ok(m),
         Err(local) => read_from_peers(broker, id).await.ok_or(local),
+    }
+}
+
+/// Reads many held messages, decoding each entry once while consecutive
+/// reads stay in it (a release or roll reads the messages of one batched
+/// send one after another: their due times are alike).
+#[derive(Default)]
+pub struct EntryCache {
+    entry: Option<(u64, Vec<(Message, u64)>)>,
+}
+
+impl EntryCache {
+    /// As [`read_held_copy`].
+    pub async fn held_copy(&mut self, broker: &Broker, id: HeldId) -> Result<(Message, u64), BrokerError> {
+        if self.entry.as_ref().is_none_or(|(index, _)| *index != id.index) {
+            self.entry = held::read_entry(&broker.node.log, id.index)
+                .ok()
+                .map(|messages| (id.index, messages));
+        }
+        match self.entry.as_ref().and_then(|(_, m)| m.get(id.ordinal as usize)) {
+            Some(m) => Ok(m.clone()),
+            // Not in this node's log: another node's.
+            None => read_held_copy(broker, id).await,
+        }
+    }
+
+    /// As [`read`].
+    pub async fn read(&mut self, broker: &Broker, id: HeldId) -> Result<Release, BrokerError> {
+        let (m, stored_ms) = self.held_copy(broker, id).await?;
+        release_of(id, m, stored_ms)
     }
 }
 
@@ -216,7 +204,7 @@ pub async fn release(node: &RaftNode, guard: &AdminCommand, releases: Vec<Releas
         }
     }
     let cmd = Command::guarded_send(guard, &batches, now_ms()).map_err(|e| BrokerError::Internal(e.to_string()))?;
-    match write(node, cmd).await?.1 {
+    match write_bounded(node, cmd).await?.1 {
         Response::Sent(o) => Ok(o.iter().all(|b| matches!(b, BatchOutcome::Appended { .. }))),
         other => Err(BrokerError::Internal(format!("unexpected response {other:?}"))),
     }
@@ -225,7 +213,7 @@ pub async fn release(node: &RaftNode, guard: &AdminCommand, releases: Vec<Releas
 /// Proposes an admin command; true if it was applied (not rejected).
 pub async fn apply(node: &RaftNode, cmd: &AdminCommand) -> Result<bool, BrokerError> {
     Ok(!matches!(
-        write(node, Command::admin(cmd)).await?.1,
+        write_bounded(node, Command::admin(cmd)).await?.1,
         Response::Rejected(_)
     ))
 }

@@ -309,16 +309,23 @@ impl MessagingService {
                 None => rr % topic.write_queues,
             };
             ids.push(out.message.message_id.clone());
-            let held = |due_ms| ToHold {
-                topic: name.clone(),
+            if out.hold == Hold::None {
+                batches.entry((name, queue)).or_default().push((i, out.message));
+                continue;
+            }
+            let due_ms = match out.hold {
+                Hold::Until(due) => Some(due),
+                _ => None,
+            };
+            let held = ToHold {
+                topic: name,
                 queue_id: queue,
-                message: out.message.clone(),
+                message: out.message,
                 due_ms,
             };
-            match out.hold {
-                Hold::None => batches.entry((name, queue)).or_default().push((i, out.message)),
-                Hold::Until(due) => timed.push((i, held(Some(due)))),
-                Hold::Transaction => halves.push((i, held(None))),
+            match due_ms {
+                Some(_) => timed.push((i, held)),
+                None => halves.push((i, held)),
             }
         }
         let sends = batches.into_iter().map(|((topic, queue), msgs)| async move {
@@ -346,7 +353,6 @@ impl MessagingService {
                 });
             }
         }
-        let max_record = self.broker.cfg.store.max_record_size as usize;
         for (system_topic, held) in [
             (raftmq_raft::held::TIMER_TOPIC, timed),
             (raftmq_raft::held::HALF_TOPIC, halves),
@@ -356,7 +362,7 @@ impl MessagingService {
             }
             let (idx, held): (Vec<usize>, Vec<ToHold>) = held.into_iter().unzip();
             let dues: Vec<Option<u64>> = held.iter().map(|h| h.due_ms).collect();
-            let r = crate::held::store(&self.broker.node, &self.broker.batcher, max_record, system_topic, held).await;
+            let r = crate::held::store(&self.broker, system_topic, held).await;
             for (k, i) in idx.iter().enumerate() {
                 entries[*i] = Some(match &r {
                     Ok(held_ids) => {

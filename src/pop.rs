@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use raftmq_raft::command::{AdminCommand, Response, SendBatch, TopicConfig, TopicMessageType};
+use raftmq_raft::command::{AdminCommand, Response, SendBatch, TopicConfig};
 use raftmq_raft::consumption::{self, FreshRange, GroupConfig, PopPlan, Popped, QueueState, Receipt};
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
@@ -407,16 +407,7 @@ impl Popper {
     /// ack are one entry. `Ok(false)`: the receipt was stale.
     pub async fn dead_letter(&self, group: &str, topic: &str, r: &Receipt) -> Result<bool, BrokerError> {
         let dlq = consumption::dlq_topic(group);
-        if self.node.sm.topic(&dlq).is_none() {
-            let t = TopicConfig {
-                name: dlq.clone(),
-                read_queues: 1,
-                write_queues: 1,
-                perm: 6,
-                message_type: TopicMessageType::Mixed,
-            };
-            self.node.write(Command::admin(&AdminCommand::PutTopic(t))).await?;
-        }
+        crate::broker::ensure_internal_topic(&self.node, &dlq).await?;
         let bytes = match self.node.store.message(topic, r.queue_id, r.offset) {
             Ok((_, bytes)) => bytes,
             Err(e) => {

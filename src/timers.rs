@@ -140,11 +140,13 @@ pub async fn roll_old(broker: &Broker, roll_after_ms: u64) -> Result<usize, Brok
     let margin = (ROLL_MARGIN.as_millis() as u64).min(roll_after_ms);
     let max_bytes = MAX_BYTES_PER_RELEASE.min(Batcher::max_batch_bytes(broker.cfg.store.max_record_size as usize));
     let (mut keys, mut copies, mut bytes) = (Vec::new(), Vec::new(), 0);
+    // Oldest entries first: their messages come one after another.
+    let mut entries = held::EntryCache::default();
     for k in oldest {
         if k.due_ms <= now.saturating_add(margin) {
             continue;
         }
-        let (m, stored_ms) = held::read_held_copy(broker, k.id).await?;
+        let (m, stored_ms) = entries.held_copy(broker, k.id).await?;
         if stored_ms.saturating_add(roll_after_ms) > now {
             // Entries are in store order: the rest are younger.
             break;
@@ -168,7 +170,7 @@ pub async fn roll_old(broker: &Broker, roll_after_ms: u64) -> Result<usize, Brok
     };
     let cmd = raftmq_raft::Command::guarded_send(&AdminCommand::ReleaseTimers { keys }, &[batch], now)
         .map_err(|e| BrokerError::Internal(e.to_string()))?;
-    match held::write(node, cmd).await?.1 {
+    match crate::batcher::write_bounded(node, cmd).await?.1 {
         raftmq_raft::Response::Sent(o) if matches!(o.first(), Some(raftmq_raft::BatchOutcome::Appended { .. })) => {
             broker.metrics.timers_rolled.inc_by(n as u64);
             tracing::info!(count = n, "rolled timed messages into a new entry");
@@ -184,6 +186,7 @@ pub async fn roll_old(broker: &Broker, roll_after_ms: u64) -> Result<usize, Brok
 pub async fn release_due(broker: &Broker, skipped: &mut HashSet<TimerKey>) -> Result<usize, BrokerError> {
     let node = &broker.node;
     let max_bytes = MAX_BYTES_PER_RELEASE.min(Batcher::max_batch_bytes(broker.cfg.store.max_record_size as usize));
+    let mut entries = held::EntryCache::default();
     let mut delivered = 0;
     loop {
         let now = now_ms();
@@ -203,7 +206,7 @@ pub async fn release_due(broker: &Broker, skipped: &mut HashSet<TimerKey>) -> Re
         let (mut keys, mut releases, mut dropped) = (Vec::new(), Vec::<Release>::new(), Vec::new());
         let mut bytes = 0;
         for k in due {
-            let mut r = match held::read(broker, k.id).await {
+            let mut r = match entries.read(broker, k.id).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read a due timed message on any node; retrying later");

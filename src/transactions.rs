@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use raftmq_raft::Message;
 use raftmq_raft::command::AdminCommand;
 use raftmq_raft::held::{self as rheld, HeldId};
 use raftmq_raft::message::MessageView;
@@ -134,20 +133,16 @@ pub async fn end(
 }
 
 /// Passes a check-back for half message `id` of `topic` (the message
-/// itself, stored at `stored_ms`) to a producer of the topic connected to
+/// itself, in its stored layout) to a producer of the topic connected to
 /// this node. False if none is.
-pub fn check_locally(broker: &Broker, topic: &str, id: HeldId, message: &Message, stored_ms: u64) -> bool {
+pub fn check_locally(broker: &Broker, topic: &str, id: HeldId, view: &MessageView<'_>) -> bool {
     let producers = broker.clients.producers_of(topic);
     if producers.is_empty() {
         return false;
     }
-    let bytes = held::stored_bytes(message, stored_ms);
-    let Ok((view, _)) = MessageView::parse(&bytes) else {
-        return false;
-    };
     let addr = broker.client_addr();
     let message = v2_message::outgoing(
-        &view,
+        view,
         &Delivery {
             topic,
             namespace: "",
@@ -197,28 +192,24 @@ pub fn check_for_peer(broker: &Broker, r: &pb::CheckTransactionRequest) -> Resul
     if !pending {
         return Ok(false);
     }
-    Ok(check_locally(
-        broker,
-        &r.topic,
-        id,
-        &view.to_message(),
-        view.store_timestamp_ms,
-    ))
+    Ok(check_locally(broker, &r.topic, id, &view))
 }
 
 /// Asks this node, then the group's other nodes, to pass a check-back on.
-async fn check(broker: &Broker, topic: &str, id: HeldId, stored_ms: u64) -> bool {
-    let message = match held::read(broker, id).await {
-        Ok(r) => r.message,
+async fn check(broker: &Broker, topic: &str, id: HeldId) -> bool {
+    // Encoded once: parsed here, carried as-is to the other nodes.
+    let bytes = match held::read(broker, id).await {
+        Ok(r) => held::stored_bytes(&r.message, r.stored_ms),
         Err(e) => {
             tracing::warn!(error = %e, "cannot read a half message to check it back");
             return false;
         }
     };
-    if check_locally(broker, topic, id, &message, stored_ms) {
+    if let Ok((view, _)) = MessageView::parse(&bytes)
+        && check_locally(broker, topic, id, &view)
+    {
         return true;
     }
-    let bytes = held::stored_bytes(&message, stored_ms);
     for addr in broker.group_client_addrs().into_iter().skip(1) {
         let Ok(mut client) = broker.peer_client(&addr) else {
             continue;
@@ -249,17 +240,17 @@ pub async fn check_due(broker: &Broker) -> Result<usize, BrokerError> {
         interval_ms: cfg.check_interval_ms,
     };
     let now = now_ms();
-    type Due = (HeldId, String, String, u32, u64);
+    type Due = (HeldId, String, String, u32);
     let (due, expired): (Vec<Due>, Vec<Due>) = broker.node.sm.with_metadata(|m| {
         m.held
             .halves
             .iter()
             .filter(|(_, h)| rheld::check_due(h, now, &policy))
             .take(MAX_CHECKS_PER_TICK)
-            .map(|(id, h)| (*id, h.topic.clone(), h.message_id.clone(), h.checks, h.stored_ms))
-            .partition(|(_, _, _, checks, _)| *checks < cfg.max_checks)
+            .map(|(id, h)| (*id, h.topic.clone(), h.message_id.clone(), h.checks))
+            .partition(|(_, _, _, checks)| *checks < cfg.max_checks)
     });
-    for (id, topic, message_id, checks, _) in expired {
+    for (id, topic, message_id, checks) in expired {
         if held::apply(&broker.node, &AdminCommand::EndTransaction { id }).await? {
             tracing::warn!(
                 topic,
@@ -279,8 +270,8 @@ pub async fn check_due(broker: &Broker) -> Result<usize, BrokerError> {
     }
     // Concurrently: a peer that does not answer must not hold up the rest.
     let ids: Vec<HeldId> = futures::stream::iter(due)
-        .map(|(id, topic, message_id, _, stored_ms)| async move {
-            if !check(broker, &topic, id, stored_ms).await {
+        .map(|(id, topic, message_id, _)| async move {
+            if !check(broker, &topic, id).await {
                 tracing::debug!(
                     topic,
                     message_id,
