@@ -1400,6 +1400,17 @@ mod tests {
         _tmp: tempfile::TempDir,
     }
 
+    /// An empty file, open for reading and writing.
+    fn new_file(path: &Path) -> std::fs::File {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap()
+    }
+
     fn dirs() -> Dirs {
         let tmp = tempfile::Builder::new()
             .prefix("lazyfs-test-")
@@ -1576,13 +1587,7 @@ mod tests {
         let d = dirs();
         let mut lazy = mount(&d);
         let path = d.mnt.join("segment");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        let file = new_file(&path);
         fallocate(&file, LEN as i64);
         assert_eq!(file.metadata().unwrap().len(), LEN as u64);
 
@@ -1703,13 +1708,7 @@ mod tests {
         let mut lazy = mount(&d);
         eprintln!("mount: {:?}", t.elapsed());
         let path = d.mnt.join("segment");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        let file = new_file(&path);
         let t = Instant::now();
         fallocate(&file, LEN as i64);
         eprintln!("posix_fallocate 64 MiB: {:?}", t.elapsed());

@@ -260,17 +260,22 @@ async fn wait_for_leader(cluster: &Mutex<Cluster>, within: Duration) -> anyhow::
     }
 }
 
-/// Waits until a leader exists and every node has applied all it has
-/// committed, up to the leader's commit index.
-async fn converge(cluster: &Mutex<Cluster>, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    let addrs: Vec<String> = cluster
+/// Every node's `/metrics` address.
+fn metrics_addrs(cluster: &Mutex<Cluster>) -> Vec<String> {
+    cluster
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .nodes
         .iter()
         .map(|n| n.metrics_addr())
-        .collect();
+        .collect()
+}
+
+/// Waits until a leader exists and every node has applied all it has
+/// committed, up to the leader's commit index.
+async fn converge(cluster: &Mutex<Cluster>, within: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    let addrs = metrics_addrs(cluster);
     loop {
         let mut ms = Vec::new();
         for a in &addrs {
@@ -308,13 +313,7 @@ async fn settle(cluster: &Mutex<Cluster>, recorder: &Recorder, within: Duration)
         })
         .max()
         .unwrap_or(0);
-    let addrs: Vec<String> = cluster
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .nodes
-        .iter()
-        .map(|n| n.metrics_addr())
-        .collect();
+    let addrs = metrics_addrs(cluster);
     let p = Process::Client(SETTLE_PROCESS);
     recorder.record(p, OpType::Invoke, Call::Settle {}, None, None);
     let deadline = Instant::now() + within;
