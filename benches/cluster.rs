@@ -17,11 +17,11 @@
 
 use std::time::{Duration, Instant};
 
-use raftmq::config::{BrokerConfig, PeerConfig};
-use raftmq::pb;
-use raftmq::pb::broker_client::BrokerClient;
-use raftmq::rocketmq::v2;
-use raftmq::rocketmq::v2::messaging_service_client::MessagingServiceClient;
+use raftmq::broker::config::{BrokerConfig, PeerConfig};
+use raftmq::proto::pb;
+use raftmq::proto::pb::broker_client::BrokerClient;
+use raftmq::proto::rocketmq::v2;
+use raftmq::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 use raftmq::server::RunningBroker;
 use raftmq_store::{FlushMode, StoreConfig};
 

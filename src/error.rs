@@ -4,7 +4,7 @@
 use raftmq_raft::RaftError;
 use tonic::{Code, Status};
 
-use crate::rocketmq::v2::Code as V2Code;
+use crate::proto::rocketmq::v2::Code as V2Code;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BrokerError {
@@ -43,8 +43,8 @@ impl BrokerError {
     }
 
     /// This error as an `apache.rocketmq.v2.Status`.
-    pub fn v2_status(&self) -> crate::rocketmq::v2::Status {
-        crate::rocketmq::v2::Status {
+    pub fn v2_status(&self) -> crate::proto::rocketmq::v2::Status {
+        crate::proto::rocketmq::v2::Status {
             code: self.v2_code() as i32,
             message: self.to_string(),
         }

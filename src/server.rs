@@ -7,10 +7,10 @@ use anyhow::Context;
 use raftmq_raft::RaftNode;
 
 use crate::broker::Broker;
-use crate::broker_service::BrokerService;
-use crate::config::BrokerConfig;
-use crate::h2_authority::LenientAuthority;
-use crate::messaging_service::MessagingService;
+use crate::grpc::raftmq::BrokerService;
+use crate::broker::config::BrokerConfig;
+use crate::grpc::h2_authority::LenientAuthority;
+use crate::grpc::rocketmq::MessagingService;
 
 /// A started node with its client services.
 pub struct RunningBroker {
@@ -46,10 +46,10 @@ impl RunningBroker {
             .add_service(MessagingService::new(broker.clone()));
         // Official clients may send a multi-address :authority (see h2_authority).
         let server = raftmq_raft::serve::spawn_wrapped(listener, router, stopped, "client", LenientAuthority::new);
-        let registration = tokio::spawn(crate::registration::run(broker.clone(), stop.subscribe()));
+        let registration = tokio::spawn(crate::broker::registration::run(broker.clone(), stop.subscribe()));
         // Leader duties; the tasks end with `stop`.
-        crate::timers::spawn(broker.clone(), stop.subscribe());
-        crate::transactions::spawn(broker.clone(), stop.subscribe());
+        crate::broker::held::timers::spawn(broker.clone(), stop.subscribe());
+        crate::broker::held::transactions::spawn(broker.clone(), stop.subscribe());
         let metrics_addr = match &broker.cfg.metrics_listen {
             Some(addr) => {
                 let l = tokio::net::TcpListener::bind(addr)

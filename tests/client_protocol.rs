@@ -8,9 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Cluster;
-use raftmq::rocketmq::v2;
-use raftmq::rocketmq::v2::Code;
-use raftmq::rocketmq::v2::messaging_service_client::MessagingServiceClient;
+use raftmq::proto::rocketmq::v2;
+use raftmq::proto::rocketmq::v2::Code;
+use raftmq::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 use tonic::transport::Channel;
 
 async fn client(c: &Cluster, id: u64) -> MessagingServiceClient<Channel> {

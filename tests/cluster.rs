@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{Cluster, message};
-use raftmq::pb;
+use raftmq::proto::pb;
 
 /// Sends `count` single-message batches from `tasks` concurrent tasks
 /// spread over all nodes; returns (queue, offset) -> message number for

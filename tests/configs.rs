@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use raftmq::config::BrokerConfig;
+use raftmq::broker::config::BrokerConfig;
 use raftmq::namesrv::NamesrvConfig;
 
 fn examples(prefix: &str) -> Vec<std::path::PathBuf> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, Namesrv, scrape, sum_of};
 use raftmq::client::{Client, Outgoing};
-use raftmq::pb;
+use raftmq::proto::pb;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lag_sends_raft_and_store_metrics() {

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Namesrv};
-use raftmq::pb;
+use raftmq::proto::pb;
 
 fn broker_extra(namesrvs: &[&Namesrv]) -> String {
     let addrs: Vec<String> = namesrvs.iter().map(|n| format!("\"{}\"", n.addr)).collect();

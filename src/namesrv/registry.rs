@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::pb;
+use crate::proto::pb;
 
 /// The roles a heartbeat may carry.
 pub const ROLES: [&str; 4] = ["leader", "follower", "candidate", "learner"];

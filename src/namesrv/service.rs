@@ -8,8 +8,8 @@ use tonic::{Request, Response, Status};
 use super::config::NamesrvConfig;
 use super::metrics::NamesrvMetrics;
 use super::registry::{Registry, validate};
-use crate::pb;
-use crate::pb::name_server_server::{NameServer, NameServerServer};
+use crate::proto::pb;
+use crate::proto::pb::name_server_server::{NameServer, NameServerServer};
 
 #[derive(Clone)]
 pub struct NamesrvService {

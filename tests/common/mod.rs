@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use raftmq::pb;
-use raftmq::pb::broker_client::BrokerClient;
+use raftmq::proto::pb;
+use raftmq::proto::pb::broker_client::BrokerClient;
 use tonic::transport::Channel;
 
 /// A port nothing listens on, never the same twice in one test binary
@@ -300,10 +300,10 @@ impl Namesrv {
         }
     }
 
-    pub async fn client(&self) -> raftmq::pb::name_server_client::NameServerClient<Channel> {
+    pub async fn client(&self) -> raftmq::proto::pb::name_server_client::NameServerClient<Channel> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            match raftmq::pb::name_server_client::NameServerClient::connect(format!("http://{}", self.addr)).await {
+            match raftmq::proto::pb::name_server_client::NameServerClient::connect(format!("http://{}", self.addr)).await {
                 Ok(c) => return c,
                 Err(e) if Instant::now() > deadline => panic!("namesrv never listened: {e}"),
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,

@@ -5,9 +5,9 @@
 
 use clap::Subcommand;
 
-use crate::admin_cli::{channel, group_endpoints};
-use crate::pb;
-use crate::pb::broker_client::BrokerClient;
+use crate::cli::admin::{channel, group_endpoints};
+use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum MessageCommand {
@@ -67,7 +67,7 @@ fn show(broker: &str, m: &pb::Message, queue: Option<u32>) {
         m.store_timestamp_ms,
         m.properties
             .iter()
-            .filter(|(k, _)| !k.starts_with(crate::v2_message::RESERVED_PREFIX))
+            .filter(|(k, _)| !k.starts_with(crate::proto::v2_message::RESERVED_PREFIX))
             .collect::<std::collections::BTreeMap<_, _>>(),
         if body.chars().count() > 80 { "..." } else { "" }
     );
@@ -94,9 +94,9 @@ pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
         } => {
             let range = pb::TimeRange {
                 queue_id: queue,
-                begin_ms: crate::group_cli::timestamp_of("--begin", &begin)?,
+                begin_ms: crate::cli::group::timestamp_of("--begin", &begin)?,
                 end_ms: match end {
-                    Some(e) => crate::group_cli::timestamp_of("--end", &e)?,
+                    Some(e) => crate::cli::group::timestamp_of("--end", &e)?,
                     None => crate::clock::now_ms().saturating_add(1),
                 },
             };

@@ -11,6 +11,8 @@
 //!
 //! Every run is bounded by `--count` messages or `--duration`.
 
+pub mod plot;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -20,7 +22,7 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::client::{Client, Outgoing};
-use crate::client_cli::{parse_duration, pattern_body};
+use crate::cli::produce::{parse_duration, pattern_body};
 
 /// User property carrying the send time (µs since the epoch).
 const SENT_US: &str = "bench_sent_us";
@@ -294,7 +296,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         max_ms: lat.last().map_or(0.0, |m| *m as f64 / 1000.0),
     };
     if let Some(path) = &a.plot {
-        crate::bench_plot::draw(path, &format!("raftmq bench {mode}"), &samples)?;
+        crate::cli::bench::plot::draw(path, &format!("raftmq bench {mode}"), &samples)?;
     }
     if a.json {
         println!("{}", serde_json::to_string(&report)?);

@@ -29,11 +29,11 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
-use crate::held;
-use crate::metrics::OutcomeLabels;
-use crate::pb;
-use crate::rocketmq::v2::{self, Code};
-use crate::v2_message::{self, Delivery};
+use crate::broker::held;
+use crate::broker::metrics::OutcomeLabels;
+use crate::proto::pb;
+use crate::proto::rocketmq::v2::{self, Code};
+use crate::proto::v2_message::{self, Delivery};
 
 /// How often the leader looks for transactions to check.
 pub const CHECK_TICK: Duration = Duration::from_millis(500);

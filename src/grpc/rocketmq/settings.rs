@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use raftmq_raft::consumption::GroupConfig;
 
-use crate::config::BrokerConfig;
-use crate::rocketmq::v2;
-use crate::v2_message::duration;
+use crate::broker::config::BrokerConfig;
+use crate::proto::rocketmq::v2;
+use crate::proto::v2_message::duration;
 
 /// RocketMQ's redelivery delays after a failed consumption: delay levels 3
 /// to 18 (10 s, 30 s, 1 min ... 2 h).

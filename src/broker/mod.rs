@@ -1,7 +1,17 @@
 //! The broker core of one node: send (to the leader's batcher, or forwarded
 //! to the leader), read (from this node's applied state), topics, status and
-//! membership. Served over gRPC by [`crate::broker_service`]; the RocketMQ
+//! membership. Served over gRPC by [`crate::grpc::raftmq`]; the RocketMQ
 //! protocol will call the same core.
+
+pub mod batcher;
+pub mod clients;
+pub mod config;
+pub mod held;
+pub mod metrics;
+pub mod pop;
+pub mod progress;
+pub mod receipt;
+pub mod registration;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,14 +24,15 @@ use raftmq_raft::message::MessageView;
 use raftmq_raft::{Message, NodeAddr, RaftNode};
 use tonic::transport::Channel;
 
-use crate::batcher::Batcher;
-use crate::clients::Clients;
-use crate::config::BrokerConfig;
+use crate::broker::batcher::Batcher;
+use crate::broker::clients::Clients;
+use crate::broker::config::BrokerConfig;
 use crate::error::BrokerError;
-use crate::metrics::{BrokerMetrics, TopicLabels};
-use crate::pb;
-use crate::pb::broker_client::BrokerClient;
-use crate::pop::{GroupDefaults, Popper};
+use crate::broker::metrics::{BrokerMetrics, TopicLabels};
+use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
+use crate::proto::v1::to_pb;
+use crate::broker::pop::{GroupDefaults, Popper};
 
 /// Creates a topic the broker itself writes to (a dead-letter or system
 /// topic: one queue, any message type) unless it exists.
@@ -34,7 +45,7 @@ pub async fn ensure_internal_topic(node: &RaftNode, name: &str) -> Result<(), Br
             perm: 6,
             message_type: raftmq_raft::command::TopicMessageType::Mixed,
         };
-        crate::batcher::write_bounded(node, raftmq_raft::Command::admin(&AdminCommand::PutTopic(t))).await?;
+        crate::broker::batcher::write_bounded(node, raftmq_raft::Command::admin(&AdminCommand::PutTopic(t))).await?;
     }
     Ok(())
 }
@@ -110,7 +121,7 @@ impl Broker {
         Ok(match peers.get(client_addr) {
             Some(c) => c.clone(),
             None => {
-                let c = crate::channel::endpoint(client_addr, Duration::from_millis(500))
+                let c = crate::client::channel::endpoint(client_addr, Duration::from_millis(500))
                     .map_err(|e| BrokerError::Internal(format!("peer address: {e}")))?
                     .connect_lazy();
                 peers.insert(client_addr.to_string(), c.clone());
@@ -305,7 +316,7 @@ impl Broker {
     }
 
     pub async fn put_group_local(&self, mut g: GroupConfig) -> Result<(), BrokerError> {
-        crate::pop::validate_group(&g.name)?;
+        crate::broker::pop::validate_group(&g.name)?;
         if g.max_delivery_attempts == 0 {
             g.max_delivery_attempts = self.cfg.max_delivery_attempts;
         }
@@ -335,7 +346,7 @@ impl Broker {
     /// or after `ts_ms`, for pop and offset-based consumption alike. Runs on
     /// the leader.
     pub async fn reset_offset_local(&self, group: &str, topic: &str, ts_ms: u64) -> Result<(), BrokerError> {
-        crate::pop::validate_group(group)?;
+        crate::broker::pop::validate_group(group)?;
         let t = self
             .node
             .sm
@@ -518,29 +529,4 @@ fn applied_digest(log: &raftmq_raft::LogStore, applied: Option<u64>) -> Result<u
         h.update(&record.crc().to_le_bytes());
     }
     Ok(h.finalize())
-}
-
-pub fn from_pb(m: pb::Message) -> Message {
-    Message {
-        message_id: m.message_id,
-        tag: m.tag,
-        keys: m.keys,
-        properties: m.properties.into_iter().collect(),
-        body: m.body,
-        born_timestamp_ms: m.born_timestamp_ms,
-    }
-}
-
-pub fn to_pb(v: &MessageView<'_>, queue_offset: u64) -> pb::Message {
-    let m = v.to_message();
-    pb::Message {
-        message_id: m.message_id,
-        tag: m.tag,
-        keys: m.keys,
-        properties: m.properties.into_iter().collect(),
-        body: m.body,
-        born_timestamp_ms: m.born_timestamp_ms,
-        store_timestamp_ms: v.store_timestamp_ms,
-        queue_offset,
-    }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use crate::rocketmq::v2;
+use crate::proto::rocketmq::v2;
 
 /// A client silent this long is forgotten (RocketMQ: 120 s).
 pub const CLIENT_TTL: Duration = Duration::from_secs(120);

@@ -10,9 +10,9 @@ use raftmq_raft::command::TopicMessageType;
 use serde::Serialize;
 use tonic::transport::Channel;
 
-use crate::pb;
-use crate::pb::broker_client::BrokerClient;
-use crate::pb::name_server_client::NameServerClient;
+use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
+use crate::proto::pb::name_server_client::NameServerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
@@ -116,7 +116,7 @@ pub struct TopicArgs {
 }
 
 pub(crate) fn channel(addr: &str) -> anyhow::Result<Channel> {
-    Ok(crate::channel::endpoint(addr, Duration::from_secs(3))
+    Ok(crate::client::channel::endpoint(addr, Duration::from_secs(3))
         .map_err(anyhow::Error::msg)?
         .timeout(Duration::from_secs(10))
         .connect_lazy())

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
-use crate::pb;
-use crate::pb::name_server_client::NameServerClient;
+use crate::proto::pb;
+use crate::proto::pb::name_server_client::NameServerClient;
 
 /// RocketMQ refreshes routes every 30 s.
 pub const REFRESH: Duration = Duration::from_secs(30);
@@ -35,7 +35,7 @@ impl RouteCache {
         let namesrvs: Vec<_> = addrs
             .iter()
             .filter_map(|a| {
-                let ep = crate::channel::endpoint(a, Duration::from_secs(2)).ok()?;
+                let ep = crate::client::channel::endpoint(a, Duration::from_secs(2)).ok()?;
                 Some((
                     a.clone(),
                     NameServerClient::new(ep.timeout(Duration::from_secs(3)).connect_lazy()),

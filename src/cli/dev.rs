@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::pb;
-use crate::pb::broker_client::BrokerClient;
+use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, clap::Args)]
 pub struct DevArgs {
@@ -187,7 +187,7 @@ impl Drop for Children {
 
 async fn leader_of(l: &Layout) -> Option<String> {
     for (_, c, _, _) in &l.nodes {
-        let Ok(ep) = crate::channel::endpoint(c, Duration::from_millis(300)) else {
+        let Ok(ep) = crate::client::channel::endpoint(c, Duration::from_millis(300)) else {
             continue;
         };
         let Ok(channel) = ep.connect().await else { continue };
@@ -245,7 +245,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             bail!("no leader was elected within 60 s; see the logs in {}", dir.display());
         }
     };
-    let channel = crate::channel::endpoint(&leader, Duration::from_secs(2))
+    let channel = crate::client::channel::endpoint(&leader, Duration::from_secs(2))
         .map_err(anyhow::Error::msg)?
         .connect()
         .await?;

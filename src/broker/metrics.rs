@@ -259,7 +259,7 @@ impl prometheus_client::collector::Collector for NodeCollector {
         // Consumer lag per group and queue, from this node's applied state.
         let mut lag = Vec::new();
         let mut inflight = Vec::new();
-        for p in crate::progress::progress(node, None) {
+        for p in crate::broker::progress::progress(node, None) {
             let l = QueueLabels {
                 group: p.group.clone(),
                 topic: p.topic.clone(),

@@ -14,10 +14,10 @@ use raftmq_raft::command::{PERM_READ, PERM_WRITE, TopicMessageType};
 
 use crate::broker::Broker;
 use crate::error::BrokerError;
-use crate::pb;
-use crate::rocketmq::v2;
-use crate::route_cache::{RouteCache, RouteError};
-use crate::v2_message::accepted_types;
+use crate::proto::pb;
+use crate::proto::rocketmq::v2;
+use crate::client::route_cache::{RouteCache, RouteError};
+use crate::proto::v2_message::accepted_types;
 
 /// One group's share of a topic.
 #[derive(Debug, Clone)]

@@ -28,8 +28,8 @@ use tokio::time::Instant;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::filter::Filter;
-use crate::receipt;
-use crate::rocketmq::v2::Code;
+use crate::broker::receipt;
+use crate::proto::rocketmq::v2::Code;
 
 /// Most messages one receive returns.
 pub const MAX_BATCH: usize = 64;

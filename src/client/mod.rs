@@ -19,15 +19,18 @@
 //! cannot connect moves on to the next access point; anything else is the
 //! caller's to retry (a send whose outcome is unknown may have been stored).
 
+pub mod channel;
+pub mod route_cache;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tonic::transport::Channel;
 
-use crate::rocketmq::v2;
-use crate::rocketmq::v2::Code;
-use crate::rocketmq::v2::messaging_service_client::MessagingServiceClient;
+use crate::proto::rocketmq::v2;
+use crate::proto::rocketmq::v2::Code;
+use crate::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 
 /// Why a call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -148,10 +151,10 @@ impl Outgoing {
                 keys: self.keys.clone(),
                 message_id: new_message_id(),
                 message_type: kind as i32,
-                born_timestamp: Some(crate::v2_message::timestamp(crate::clock::now_ms())),
+                born_timestamp: Some(crate::proto::v2_message::timestamp(crate::clock::now_ms())),
                 body_encoding: v2::Encoding::Identity as i32,
                 message_group: self.message_group.clone(),
-                delivery_timestamp: self.delivery_timestamp_ms.map(crate::v2_message::timestamp),
+                delivery_timestamp: self.delivery_timestamp_ms.map(crate::proto::v2_message::timestamp),
                 ..Default::default()
             }),
             body: self.body.clone(),
@@ -211,8 +214,8 @@ impl Received {
             queue_id: sp.queue_id,
             offset: sp.queue_offset.unwrap_or(-1),
             delivery_attempt: sp.delivery_attempt.unwrap_or(0),
-            born_timestamp_ms: sp.born_timestamp.as_ref().map_or(0, crate::v2_message::millis_of),
-            store_timestamp_ms: sp.store_timestamp.as_ref().map_or(0, crate::v2_message::millis_of),
+            born_timestamp_ms: sp.born_timestamp.as_ref().map_or(0, crate::proto::v2_message::millis_of),
+            store_timestamp_ms: sp.store_timestamp.as_ref().map_or(0, crate::proto::v2_message::millis_of),
             receipt_handle: sp.receipt_handle.unwrap_or_default(),
         }
     }
@@ -233,7 +236,7 @@ impl Client {
     pub fn connect(access_points: &str) -> Result<Client, ClientError> {
         let mut nodes = Vec::new();
         for a in access_points.split([';', ',']).map(str::trim).filter(|a| !a.is_empty()) {
-            let ep = crate::channel::endpoint(a, Duration::from_secs(2)).map_err(ClientError::Invalid)?;
+            let ep = crate::client::channel::endpoint(a, Duration::from_secs(2)).map_err(ClientError::Invalid)?;
             nodes.push((a.to_string(), ep.connect_lazy()));
         }
         if nodes.is_empty() {
@@ -283,7 +286,7 @@ impl Client {
                 .max_encoding_message_size(crate::MAX_MESSAGE_SIZE);
             match call(stub).await {
                 Ok(r) => return Ok(r.into_inner()),
-                Err(s) if crate::broker_service::not_delivered(&s) => {
+                Err(s) if crate::grpc::raftmq::not_delivered(&s) => {
                     last = Some(format!("{}: {}", self.nodes[i].0, s.message()));
                     let _ = self
                         .current
@@ -406,9 +409,9 @@ impl Client {
                 expression: filter.to_string(),
             }),
             batch_size: max,
-            invisible_duration: Some(crate::v2_message::duration(invisible)),
+            invisible_duration: Some(crate::proto::v2_message::duration(invisible)),
             auto_renew: false,
-            long_polling_timeout: Some(crate::v2_message::duration(wait)),
+            long_polling_timeout: Some(crate::proto::v2_message::duration(wait)),
             attempt_id: None,
         };
         let items = self

@@ -14,8 +14,8 @@ use raftmq_raft::command::TopicMessageType;
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{Message, TopicConfig};
 
-use crate::rocketmq::v2;
-use crate::rocketmq::v2::Code;
+use crate::proto::rocketmq::v2;
+use crate::proto::rocketmq::v2::Code;
 
 /// Property names starting with this are the broker's.
 pub const RESERVED_PREFIX: &str = "__rmq.";

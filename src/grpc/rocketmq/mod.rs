@@ -12,6 +12,9 @@
 //! Authentication headers (`authorization`, `x-mq-*`) are accepted and not
 //! checked yet.
 
+pub mod route;
+pub mod settings;
+
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,20 +32,20 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::broker::{Broker, FORWARD_WAIT};
-use crate::broker_service::{FORWARDED, not_delivered};
-use crate::client_route::{self, GroupQueues};
+use crate::grpc::raftmq::{FORWARDED, not_delivered};
+use route::GroupQueues;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::filter::Filter;
-use crate::held::ToHold;
-use crate::pop::{self, MAX_INVISIBLE, Receive};
-use crate::receipt;
-use crate::rocketmq::v2;
-use crate::rocketmq::v2::Code;
-use crate::rocketmq::v2::messaging_service_client::MessagingServiceClient;
-use crate::rocketmq::v2::messaging_service_server::{MessagingService as Service, MessagingServiceServer};
-use crate::route_cache::RouteCache;
-use crate::v2_message::{self, Delivery, Hold, Limits, Refusal, from_duration, ok, status};
+use crate::broker::held::ToHold;
+use crate::broker::pop::{self, MAX_INVISIBLE, Receive};
+use crate::broker::receipt;
+use crate::proto::rocketmq::v2;
+use crate::proto::rocketmq::v2::Code;
+use crate::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
+use crate::proto::rocketmq::v2::messaging_service_server::{MessagingService as Service, MessagingServiceServer};
+use crate::client::route_cache::RouteCache;
+use crate::proto::v2_message::{self, Delivery, Hold, Limits, Refusal, from_duration, ok, status};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -67,7 +70,7 @@ pub struct MessagingService {
 impl MessagingService {
     pub fn new(broker: Arc<Broker>) -> MessagingServiceServer<MessagingService> {
         let routes = (!broker.cfg.namesrv_addrs.is_empty())
-            .then(|| RouteCache::new(&broker.cfg.namesrv_addrs, crate::route_cache::REFRESH));
+            .then(|| RouteCache::new(&broker.cfg.namesrv_addrs, crate::client::route_cache::REFRESH));
         // Validated with the config.
         let delay_levels_ms = broker.cfg.timer.levels_ms().unwrap_or_default();
         MessagingServiceServer::new(MessagingService {
@@ -112,7 +115,7 @@ fn grpc_timeout(m: &MetadataMap) -> Option<Duration> {
 }
 
 /// Runs `$local` on the leader, or forwards the request to it (see
-/// [`crate::broker_service`]'s `on_leader!`, which this mirrors for the v2
+/// [`crate::grpc::raftmq`]'s `on_leader!`, which this mirrors for the v2
 /// client). Evaluates to `Result<Response, BrokerError>`.
 macro_rules! v2_on_leader {
     ($self:ident, $request:ident, $req:ident, $local:expr, $remote:ident) => {
@@ -272,7 +275,7 @@ impl MessagingService {
         // A request's messages without a message group share one queue.
         let rr = self.next_queue.fetch_add(1, Ordering::Relaxed);
         let mut batches: BTreeMap<(String, u32), Vec<(usize, Message)>> = BTreeMap::new();
-        // Timed and half messages, stored apart ([`crate::held`]).
+        // Timed and half messages, stored apart ([`crate::broker::held`]).
         let mut timed: Vec<(usize, ToHold)> = Vec::new();
         let mut halves: Vec<(usize, ToHold)> = Vec::new();
         let mut ids = Vec::with_capacity(n);
@@ -362,7 +365,7 @@ impl MessagingService {
             }
             let (idx, held): (Vec<usize>, Vec<ToHold>) = held.into_iter().unzip();
             let dues: Vec<Option<u64>> = held.iter().map(|h| h.due_ms).collect();
-            let r = crate::held::store(&self.broker, system_topic, held).await;
+            let r = crate::broker::held::store(&self.broker, system_topic, held).await;
             for (k, i) in idx.iter().enumerate() {
                 entries[*i] = Some(match &r {
                     Ok(held_ids) => {
@@ -370,9 +373,9 @@ impl MessagingService {
                         let (transaction_id, recall_handle) = match dues[k] {
                             Some(due_ms) => (
                                 String::new(),
-                                crate::timers::recall_handle(&raftmq_raft::held::TimerKey { due_ms, id }, &ids[*i]),
+                                crate::broker::held::timers::recall_handle(&raftmq_raft::held::TimerKey { due_ms, id }, &ids[*i]),
                             ),
-                            None => (crate::transactions::transaction_id(id), String::new()),
+                            None => (crate::broker::held::transactions::transaction_id(id), String::new()),
                         };
                         v2::SendResultEntry {
                             status: Some(ok()),
@@ -402,12 +405,12 @@ impl MessagingService {
     ) -> Result<v2::EndTransactionResponse, BrokerError> {
         let topic = topic_name(req.topic.as_ref())?;
         let resolution = match v2::TransactionResolution::try_from(req.resolution) {
-            Ok(v2::TransactionResolution::Commit) => crate::transactions::Resolution::Commit,
-            Ok(v2::TransactionResolution::Rollback) => crate::transactions::Resolution::Rollback,
-            _ => crate::transactions::Resolution::Unknown,
+            Ok(v2::TransactionResolution::Commit) => crate::broker::held::transactions::Resolution::Commit,
+            Ok(v2::TransactionResolution::Rollback) => crate::broker::held::transactions::Resolution::Rollback,
+            _ => crate::broker::held::transactions::Resolution::Unknown,
         };
         let from_check = req.source == v2::TransactionSource::SourceServerCheck as i32;
-        crate::transactions::end(
+        crate::broker::held::transactions::end(
             &self.broker,
             &topic,
             &req.message_id,
@@ -422,7 +425,7 @@ impl MessagingService {
     /// Recalls a timed message, on the leader.
     async fn recall_local(&self, req: v2::RecallMessageRequest) -> Result<v2::RecallMessageResponse, BrokerError> {
         let topic = topic_name(req.topic.as_ref())?;
-        let message_id = crate::timers::recall(&self.broker, &topic, &req.recall_handle).await?;
+        let message_id = crate::broker::held::timers::recall(&self.broker, &topic, &req.recall_handle).await?;
         Ok(v2::RecallMessageResponse {
             status: Some(ok()),
             message_id,
@@ -620,7 +623,7 @@ impl MessagingService {
     }
 
     async fn route_groups(&self, topic: &str) -> Result<Vec<GroupQueues>, BrokerError> {
-        let groups = client_route::groups_of(&self.broker, self.routes.as_ref(), topic).await?;
+        let groups = route::groups_of(&self.broker, self.routes.as_ref(), topic).await?;
         if !groups.is_empty() {
             return Ok(groups);
         }
@@ -628,7 +631,7 @@ impl MessagingService {
             return Err(BrokerError::TopicNotFound(topic.to_string()));
         }
         self.auto_create_topic(topic).await?;
-        client_route::groups_of(&self.broker, self.routes.as_ref(), topic).await
+        route::groups_of(&self.broker, self.routes.as_ref(), topic).await
     }
 
     /// Creates a topic on first use (when `auto_create_topics` is on), on the
@@ -648,7 +651,7 @@ impl MessagingService {
                     .await?
             }
             Some(mut c) => {
-                c.put_topic(crate::pb::PutTopicRequest {
+                c.put_topic(crate::proto::pb::PutTopicRequest {
                     name: topic.to_string(),
                     read_queues: queues,
                     write_queues: queues,
@@ -694,7 +697,7 @@ impl Service for MessagingService {
             let name = topic_name(req.topic.as_ref())?;
             let groups = self.route_groups(&name).await?;
             let topic = req.topic.clone().unwrap_or_default();
-            Ok::<_, BrokerError>(client_route::message_queues(&topic, &groups))
+            Ok::<_, BrokerError>(route::message_queues(&topic, &groups))
         }
         .await;
         Ok(Response::new(match out {
@@ -773,7 +776,7 @@ impl Service for MessagingService {
             let groups = self.route_groups(&name).await?;
             let topic = req.topic.clone().unwrap_or_default();
             Ok::<_, BrokerError>(
-                client_route::message_queues(&topic, &groups)
+                route::message_queues(&topic, &groups)
                     .into_iter()
                     .filter(|q| {
                         q.permission == v2::Permission::Read as i32 || q.permission == v2::Permission::ReadWrite as i32
@@ -1102,7 +1105,7 @@ impl Service for MessagingService {
                     _ => None,
                 };
                 let config = group.as_deref().map(|g| broker.popper.group_or_default(g));
-                let reply = crate::client_settings::effective(&s, &broker.cfg, config.as_ref());
+                let reply = crate::grpc::rocketmq::settings::effective(&s, &broker.cfg, config.as_ref());
                 broker.clients.seen(&id, client_type, group, &language);
                 if let Some(topics) = published {
                     broker.clients.publishes(&id, topics);

@@ -1,6 +1,6 @@
 //! A subscription's filter, as a receive or a pull names it: RocketMQ's tag
 //! expression (`*`, or tags joined by `||`) or an SQL92 expression over the
-//! message's user properties and its tag (see [`crate::sql_filter`]).
+//! message's user properties and its tag (see [`crate::filter::sql`]).
 //!
 //! Checking goes in two steps, as in RocketMQ: the ConsumeQueue unit's tag
 //! hash rules a message out cheaply ([`Filter::may_match`]), and only then
@@ -8,11 +8,13 @@
 //! ([`Filter::needs_message`], [`Filter::matches`]): equal hashes may hide
 //! different tags, and SQL needs the properties.
 
+pub mod sql;
+
 use raftmq_raft::message::{MessageView, tag_hash};
 
 use crate::error::BrokerError;
-use crate::rocketmq::v2::{self, Code};
-use crate::sql_filter::SqlFilter;
+use crate::proto::rocketmq::v2::{self, Code};
+use crate::filter::sql::SqlFilter;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Filter {

@@ -5,10 +5,10 @@
 
 use clap::Subcommand;
 
-use crate::admin_cli::{channel, group_endpoints};
-use crate::client_cli::parse_duration;
-use crate::pb;
-use crate::pb::broker_client::BrokerClient;
+use crate::cli::admin::{channel, group_endpoints};
+use crate::cli::produce::parse_duration;
+use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
@@ -98,7 +98,7 @@ fn progress_header() {
 pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
     match cmd {
         GroupCommand::Create(a) | GroupCommand::Update(a) => {
-            crate::pop::validate_group(&a.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            crate::broker::pop::validate_group(&a.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
             for (broker, addr) in group_endpoints(&a.namesrv, a.broker.as_deref()).await? {
                 BrokerClient::new(channel(&addr)?)
                     .put_consumer_group(pb::PutConsumerGroupRequest {
@@ -143,7 +143,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
             }
         }
         GroupCommand::Progress { namesrv, name, json } => {
-            crate::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            crate::broker::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
             let mut all = Vec::new();
             for (broker, addr) in group_endpoints(&namesrv, None).await? {
                 let p = BrokerClient::new(channel(&addr)?)
@@ -185,7 +185,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
             topic,
             to_timestamp,
         } => {
-            crate::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            crate::broker::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
             let ts = timestamp_of("--to-timestamp", &to_timestamp)?;
             progress_header();
             for (broker, addr) in group_endpoints(&namesrv, None).await? {

@@ -25,12 +25,12 @@ use raftmq_raft::command::AdminCommand;
 use raftmq_raft::held::{HeldId, TimerKey};
 use tokio::sync::watch;
 
-use crate::batcher::Batcher;
+use crate::broker::batcher::Batcher;
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
-use crate::held::{self, Release};
-use crate::rocketmq::v2::Code;
+use crate::broker::held::{self, Release};
+use crate::proto::rocketmq::v2::Code;
 
 /// How often the leader looks for new due messages at the least; a known
 /// due time is waited for exactly.
@@ -170,7 +170,7 @@ pub async fn roll_old(broker: &Broker, roll_after_ms: u64) -> Result<usize, Brok
     };
     let cmd = raftmq_raft::Command::guarded_send(&AdminCommand::ReleaseTimers { keys }, &[batch], now)
         .map_err(|e| BrokerError::Internal(e.to_string()))?;
-    match crate::batcher::write_bounded(node, cmd).await?.1 {
+    match crate::broker::batcher::write_bounded(node, cmd).await?.1 {
         raftmq_raft::Response::Sent(o) if matches!(o.first(), Some(raftmq_raft::BatchOutcome::Appended { .. })) => {
             broker.metrics.timers_rolled.inc_by(n as u64);
             tracing::info!(count = n, "rolled timed messages into a new entry");

@@ -8,8 +8,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use tonic::transport::Channel;
 
-use crate::pb;
-use crate::pb::broker_client::BrokerClient;
+use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
@@ -63,7 +63,7 @@ pub enum NodeCommand {
 }
 
 async fn connect(endpoint: &str) -> anyhow::Result<BrokerClient<Channel>> {
-    let channel = crate::channel::endpoint(endpoint, Duration::from_secs(3))
+    let channel = crate::client::channel::endpoint(endpoint, Duration::from_secs(3))
         .map_err(anyhow::Error::msg)?
         .connect()
         .await

@@ -1,5 +1,14 @@
 //! The `raftmq` command line.
 
+pub mod admin;
+pub mod bench;
+pub mod dev;
+pub mod group;
+pub mod inspect;
+pub mod message;
+pub mod node;
+pub mod produce;
+
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -28,17 +37,17 @@ pub enum LogFormat {
 pub enum Command {
     /// Start a NameServer and a three-node broker group on 127.0.0.1, each
     /// node its own process, with a TestTopic; Ctrl-C stops them all.
-    Dev(crate::dev::DevArgs),
+    Dev(crate::cli::dev::DevArgs),
     /// Send messages through the RocketMQ 5 protocol.
-    Produce(crate::client_cli::ProduceArgs),
+    Produce(crate::cli::produce::ProduceArgs),
     /// Receive (and acknowledge) messages through the RocketMQ 5 protocol.
-    Consume(crate::client_cli::ConsumeArgs),
+    Consume(crate::cli::produce::ConsumeArgs),
     /// Cancel a timed message that is not due yet, by the recall handle
     /// `produce --delay` printed.
-    Recall(crate::client_cli::RecallArgs),
+    Recall(crate::cli::produce::RecallArgs),
     /// Load a cluster: produce, consume or both; msgs/s, MiB/s, latency.
     #[command(subcommand)]
-    Bench(crate::bench_cli::BenchCommand),
+    Bench(crate::cli::bench::BenchCommand),
     /// Run one broker node (a member of a three-node Raft group).
     Broker {
         /// The node's TOML config (see deploy/local/ for examples).
@@ -56,20 +65,20 @@ pub enum Command {
     },
     /// Cluster administration through the NameServers.
     #[command(subcommand)]
-    Cluster(crate::admin_cli::ClusterCommand),
+    Cluster(crate::cli::admin::ClusterCommand),
     /// Create, update, delete, list topics and show their routes.
     #[command(subcommand)]
-    Topic(crate::admin_cli::TopicCommand),
+    Topic(crate::cli::admin::TopicCommand),
     /// Consumer groups: create, update, list, progress (lag), reset-offset.
     #[command(subcommand)]
-    Group(crate::group_cli::GroupCommand),
+    Group(crate::cli::group::GroupCommand),
     /// Look messages up by id or key.
     #[command(subcommand)]
-    Message(crate::message_cli::MessageCommand),
+    Message(crate::cli::message::MessageCommand),
     /// Talk to one broker node over raftmq's own protocol (status, topics,
     /// send, read).
     #[command(subcommand)]
-    Node(crate::node_cli::NodeCommand),
+    Node(crate::cli::node::NodeCommand),
     /// Work with a node's store directory offline.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -124,11 +133,11 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Dev(a) => runtime()?.block_on(crate::dev::run(a)),
-        Command::Produce(a) => runtime()?.block_on(crate::client_cli::produce(a)),
-        Command::Consume(a) => runtime()?.block_on(crate::client_cli::consume(a)),
-        Command::Recall(a) => runtime()?.block_on(crate::client_cli::recall(a)),
-        Command::Bench(cmd) => runtime()?.block_on(crate::bench_cli::run(cmd)),
+        Command::Dev(a) => runtime()?.block_on(crate::cli::dev::run(a)),
+        Command::Produce(a) => runtime()?.block_on(crate::cli::produce::produce(a)),
+        Command::Consume(a) => runtime()?.block_on(crate::cli::produce::consume(a)),
+        Command::Recall(a) => runtime()?.block_on(crate::cli::produce::recall(a)),
+        Command::Bench(cmd) => runtime()?.block_on(crate::cli::bench::run(cmd)),
         Command::Broker { config } => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?
@@ -146,17 +155,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 .build()?
                 .block_on(crate::namesrv::run(cfg))
         }
-        Command::Cluster(cmd) => runtime()?.block_on(crate::admin_cli::run_cluster(cmd)),
-        Command::Topic(cmd) => runtime()?.block_on(crate::admin_cli::run_topic(cmd)),
-        Command::Group(cmd) => runtime()?.block_on(crate::group_cli::run(cmd)),
-        Command::Message(cmd) => runtime()?.block_on(crate::message_cli::run(cmd)),
-        Command::Node(cmd) => runtime()?.block_on(crate::node_cli::run(cmd)),
+        Command::Cluster(cmd) => runtime()?.block_on(crate::cli::admin::run_cluster(cmd)),
+        Command::Topic(cmd) => runtime()?.block_on(crate::cli::admin::run_topic(cmd)),
+        Command::Group(cmd) => runtime()?.block_on(crate::cli::group::run(cmd)),
+        Command::Message(cmd) => runtime()?.block_on(crate::cli::message::run(cmd)),
+        Command::Node(cmd) => runtime()?.block_on(crate::cli::node::run(cmd)),
         Command::Store(StoreCommand::Verify {
             dir,
             segment_size,
             json,
         }) => {
-            let summary = crate::inspect::verify(&dir, segment_size)?;
+            let summary = crate::cli::inspect::verify(&dir, segment_size)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
             } else {
@@ -166,7 +175,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Store(StoreCommand::Dump { dir, segment_size }) => {
             let stdout = std::io::stdout();
-            crate::inspect::dump(&dir, segment_size, &mut std::io::BufWriter::new(stdout.lock()))?;
+            crate::cli::inspect::dump(&dir, segment_size, &mut std::io::BufWriter::new(stdout.lock()))?;
             Ok(())
         }
     }

@@ -9,10 +9,11 @@ use raftmq_raft::command::{TopicConfig, TopicMessageType};
 use raftmq_raft::consumption::GroupConfig;
 use tonic::{Request, Response, Status};
 
-use crate::broker::{Broker, from_pb};
+use crate::broker::Broker;
+use crate::proto::v1::from_pb;
 use crate::error::BrokerError;
-use crate::pb;
-use crate::pb::broker_server;
+use crate::proto::pb;
+use crate::proto::pb::broker_server;
 
 pub struct BrokerService {
     broker: Arc<Broker>,
@@ -201,7 +202,7 @@ impl broker_server::Broker for BrokerService {
         request: Request<pb::GroupProgressRequest>,
     ) -> Result<Response<pb::GroupProgressResponse>, Status> {
         let group = request.into_inner().group;
-        crate::pop::validate_group(&group)?;
+        crate::broker::pop::validate_group(&group)?;
         Ok(Response::new(progress_of(&self.broker, &group)))
     }
 
@@ -317,7 +318,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::CheckTransactionRequest>,
     ) -> Result<Response<pb::CheckTransactionResponse>, Status> {
-        let sent = crate::transactions::check_for_peer(&self.broker, request.get_ref()).map_err(Status::from)?;
+        let sent = crate::broker::held::transactions::check_for_peer(&self.broker, request.get_ref()).map_err(Status::from)?;
         Ok(Response::new(pb::CheckTransactionResponse { sent }))
     }
 
@@ -327,9 +328,9 @@ impl broker_server::Broker for BrokerService {
             index: r.log_index,
             ordinal: r.ordinal,
         };
-        let (m, stored_ms) = crate::held::read_local(&self.broker.node, id).map_err(Status::from)?;
+        let (m, stored_ms) = crate::broker::held::read_local(&self.broker.node, id).map_err(Status::from)?;
         Ok(Response::new(pb::ReadHeldResponse {
-            message: crate::held::stored_bytes(&m, stored_ms),
+            message: crate::broker::held::stored_bytes(&m, stored_ms),
         }))
     }
 
@@ -358,7 +359,7 @@ impl broker_server::Broker for BrokerService {
 /// A group's progress as the wire message.
 fn progress_of(broker: &Broker, group: &str) -> pb::GroupProgressResponse {
     pb::GroupProgressResponse {
-        queues: crate::progress::progress(&broker.node, Some(group))
+        queues: crate::broker::progress::progress(&broker.node, Some(group))
             .into_iter()
             .map(|p| pb::QueueProgress {
                 lag: p.lag(),

@@ -1,18 +1,21 @@
 //! Held messages at the leader: storing timed and half messages in their
 //! system topics, and releasing them into their real topics. The replicated
-//! state and its rules are in [`raftmq_raft::held`]; [`crate::timers`] and
-//! [`crate::transactions`] decide when to release.
+//! state and its rules are in [`raftmq_raft::held`]; [`crate::broker::held::timers`] and
+//! [`crate::broker::held::transactions`] decide when to release.
+
+pub mod timers;
+pub mod transactions;
 
 use raftmq_raft::command::{AdminCommand, Command, Response, SendBatch};
 use raftmq_raft::held::{self, HeldId};
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{BatchOutcome, Message, RaftNode};
 
-use crate::batcher::write_bounded;
+use crate::broker::batcher::write_bounded;
 use crate::broker::{Broker, ensure_internal_topic};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
-use crate::pb;
+use crate::proto::pb;
 
 /// How long a call to another node of the group may take.
 pub const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);

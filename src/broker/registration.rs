@@ -9,8 +9,8 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use crate::broker::Broker;
-use crate::pb;
-use crate::pb::name_server_client::NameServerClient;
+use crate::proto::pb;
+use crate::proto::pb::name_server_client::NameServerClient;
 
 /// How often the node looks for a change worth an immediate heartbeat.
 const CHANGE_POLL: Duration = Duration::from_millis(50);
@@ -21,7 +21,7 @@ fn clients(addrs: &[String]) -> Vec<(String, NameServerClient<Channel>)> {
     addrs
         .iter()
         .filter_map(|a| {
-            let ep = crate::channel::endpoint(a, CALL_TIMEOUT).ok()?;
+            let ep = crate::client::channel::endpoint(a, CALL_TIMEOUT).ok()?;
             Some((a.clone(), NameServerClient::new(ep.connect_lazy())))
         })
         .collect()

@@ -1,0 +1,32 @@
+//! Conversions between the `raftmq.v1` messages ([`super::pb`]) and the
+//! Raft layer's [`Message`].
+
+use raftmq_raft::Message;
+use raftmq_raft::message::MessageView;
+
+use super::pb;
+
+pub fn from_pb(m: pb::Message) -> Message {
+    Message {
+        message_id: m.message_id,
+        tag: m.tag,
+        keys: m.keys,
+        properties: m.properties.into_iter().collect(),
+        body: m.body,
+        born_timestamp_ms: m.born_timestamp_ms,
+    }
+}
+
+pub fn to_pb(v: &MessageView<'_>, queue_offset: u64) -> pb::Message {
+    let m = v.to_message();
+    pb::Message {
+        message_id: m.message_id,
+        tag: m.tag,
+        keys: m.keys,
+        properties: m.properties.into_iter().collect(),
+        body: m.body,
+        born_timestamp_ms: m.born_timestamp_ms,
+        store_timestamp_ms: v.store_timestamp_ms,
+        queue_offset,
+    }
+}
