@@ -35,6 +35,7 @@ pub mod broker;
 pub mod cli;
 pub mod client;
 pub mod clock;
+pub mod config;
 pub mod error;
 pub mod filter;
 pub mod grpc;

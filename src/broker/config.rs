@@ -25,6 +25,8 @@ use raftmq_raft::{NodeAddr, NodeConfig};
 use raftmq_store::StoreConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::config::{ConfigError, read_toml};
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
@@ -252,30 +254,6 @@ mod defaults {
     pub fn long_polling() -> u64 {
         20_000
     }
-}
-
-/// Why a config is unusable.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("invalid config: {0}")]
-    Invalid(String),
-}
-
-/// Reads and parses a TOML config file (unknown keys are refused by the
-/// type's `deny_unknown_fields`).
-pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
 }
 
 impl BrokerConfig {

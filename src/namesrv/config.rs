@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::config::{ConfigError, read_toml};
+use crate::config::{ConfigError, read_toml};
 
 /// RocketMQ's NameServer port.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9876";

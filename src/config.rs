@@ -1,0 +1,29 @@
+//! Config files in general: reading a TOML file into a typed config and the
+//! error that says why a config is unusable. The broker's own config is
+//! [`crate::broker::config`], the NameServer's [`crate::namesrv::config`].
+
+use std::path::{Path, PathBuf};
+
+/// Why a config is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// Reads and parses a TOML config file (unknown keys are refused by the
+/// type's `deny_unknown_fields`).
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
