@@ -7,9 +7,9 @@ use anyhow::Context;
 use raftmq_raft::RaftNode;
 
 use crate::broker::Broker;
-use crate::grpc::raftmq::BrokerService;
 use crate::broker::config::BrokerConfig;
 use crate::grpc::h2_authority::LenientAuthority;
+use crate::grpc::raftmq::BrokerService;
 use crate::grpc::rocketmq::MessagingService;
 
 /// A started node with its client services.

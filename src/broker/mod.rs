@@ -27,12 +27,12 @@ use tonic::transport::Channel;
 use crate::broker::batcher::Batcher;
 use crate::broker::clients::Clients;
 use crate::broker::config::BrokerConfig;
-use crate::error::BrokerError;
 use crate::broker::metrics::{BrokerMetrics, TopicLabels};
+use crate::broker::pop::{GroupDefaults, Popper};
+use crate::error::BrokerError;
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
 use crate::proto::v1::to_pb;
-use crate::broker::pop::{GroupDefaults, Popper};
 
 /// Creates a topic the broker itself writes to (a dead-letter or system
 /// topic: one queue, any message type) unless it exists.

@@ -25,10 +25,10 @@ use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
 
+use crate::broker::receipt;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::filter::Filter;
-use crate::broker::receipt;
 use crate::proto::rocketmq::v2::Code;
 
 /// Most messages one receive returns.

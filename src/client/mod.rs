@@ -214,8 +214,14 @@ impl Received {
             queue_id: sp.queue_id,
             offset: sp.queue_offset.unwrap_or(-1),
             delivery_attempt: sp.delivery_attempt.unwrap_or(0),
-            born_timestamp_ms: sp.born_timestamp.as_ref().map_or(0, crate::proto::v2_message::millis_of),
-            store_timestamp_ms: sp.store_timestamp.as_ref().map_or(0, crate::proto::v2_message::millis_of),
+            born_timestamp_ms: sp
+                .born_timestamp
+                .as_ref()
+                .map_or(0, crate::proto::v2_message::millis_of),
+            store_timestamp_ms: sp
+                .store_timestamp
+                .as_ref()
+                .map_or(0, crate::proto::v2_message::millis_of),
             receipt_handle: sp.receipt_handle.unwrap_or_default(),
         }
     }
@@ -286,7 +292,7 @@ impl Client {
                 .max_encoding_message_size(crate::MAX_MESSAGE_SIZE);
             match call(stub).await {
                 Ok(r) => return Ok(r.into_inner()),
-                Err(s) if crate::grpc::raftmq::not_delivered(&s) => {
+                Err(s) if channel::not_delivered(&s) => {
                     last = Some(format!("{}: {}", self.nodes[i].0, s.message()));
                     let _ = self
                         .current

@@ -13,8 +13,8 @@ pub mod sql;
 use raftmq_raft::message::{MessageView, tag_hash};
 
 use crate::error::BrokerError;
-use crate::proto::rocketmq::v2::{self, Code};
 use crate::filter::sql::SqlFilter;
+use crate::proto::rocketmq::v2::{self, Code};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Filter {

@@ -1,7 +1,127 @@
 //! The transports onto the broker core: `apache.rocketmq.v2` for the
 //! official clients ([`rocketmq`]), `raftmq.v1.Broker` for raftmq's own
 //! tools ([`raftmq`]), and the HTTP/2 shim in front of the client port.
+//! Both services run what changes state on the leader through the one
+//! forwarding helper here, [`on_leader`].
 
 pub mod h2_authority;
 pub mod raftmq;
 pub mod rocketmq;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::transport::Channel;
+use tonic::{Request, Status};
+
+use crate::broker::{Broker, FORWARD_WAIT};
+use crate::client::channel::not_delivered;
+use crate::error::BrokerError;
+
+/// Marks a request a follower forwarded to the leader.
+pub const FORWARDED: &str = "x-raftmq-forwarded";
+
+/// Where [`on_leader`] leaves a request.
+pub enum OnLeader<Req, Resp> {
+    /// This node leads: run the request here.
+    Here(Req),
+    /// The leader ran it; its answer.
+    Answered(Resp),
+}
+
+/// Hands the request back when this node leads, or forwards it to the
+/// leader with `forward` (given a channel to the leader's client port).
+/// When the known leader cannot be reached (it died and the group has not
+/// noticed yet), waits for the next one and forwards there, within
+/// [`FORWARD_WAIT`]: the client never has to retry elsewhere. A request that
+/// was already forwarded once is not forwarded again: two nodes with stale
+/// views of the leader must not bounce it. The forwarded copy keeps the
+/// client's metadata and what is left of its deadline.
+pub async fn on_leader<Req, Resp, F, Fut>(
+    broker: &Broker,
+    request: Request<Req>,
+    forward: F,
+) -> Result<OnLeader<Req, Resp>, BrokerError>
+where
+    Req: Clone,
+    F: Fn(Channel, Request<Req>) -> Fut,
+    Fut: Future<Output = Result<Resp, Status>>,
+{
+    let forwarded = request.metadata().contains_key(FORWARDED);
+    let timeout = grpc_timeout(request.metadata());
+    let started = Instant::now();
+    let (meta, _, req) = request.into_parts();
+    let deadline = started + FORWARD_WAIT;
+    loop {
+        let Some(channel) = broker.leader_channel().await? else {
+            return Ok(OnLeader::Here(req));
+        };
+        if forwarded {
+            return Err(BrokerError::Unavailable(
+                "this node is not the leader either; retry".into(),
+            ));
+        }
+        let mut fwd = Request::from_parts(meta.clone(), Default::default(), req.clone());
+        fwd.metadata_mut().insert(FORWARDED, MetadataValue::from_static("1"));
+        // What is left of the client's time, not all of it.
+        if let Some(t) = timeout {
+            fwd.set_timeout(t.saturating_sub(started.elapsed()).max(Duration::from_millis(1)));
+        }
+        match forward(channel, fwd).await {
+            Ok(r) => return Ok(OnLeader::Answered(r)),
+            Err(s) if not_delivered(&s) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // A forwarded call's own errors come back as they were.
+            Err(s) => return Err(BrokerError::from(s)),
+        }
+    }
+}
+
+/// A request header as text ("" when absent or not text).
+pub fn header<'a>(m: &'a MetadataMap, key: &str) -> &'a str {
+    m.get(key).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+/// The client's deadline from the `grpc-timeout` header.
+pub fn grpc_timeout(m: &MetadataMap) -> Option<Duration> {
+    let v = header(m, "grpc-timeout");
+    // At most 8 digits and a unit, as the gRPC spec allows.
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (n, unit) = v.split_at(v.len() - 1);
+    let n: u64 = n.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts() {
+        let mut m = MetadataMap::new();
+        m.insert("grpc-timeout", MetadataValue::from_static("6000m"));
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(6)));
+        m.insert("grpc-timeout", MetadataValue::from_static("2S"));
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(2)));
+        m.insert("grpc-timeout", MetadataValue::from_static("x"));
+        assert_eq!(grpc_timeout(&m), None);
+        m.insert("grpc-timeout", MetadataValue::from_static("99999999999999999999999H"));
+        assert_eq!(grpc_timeout(&m), None);
+        // Nine digits: more than the spec allows (and than tonic can send on).
+        m.insert("grpc-timeout", MetadataValue::from_static("100000000H"));
+        assert_eq!(grpc_timeout(&m), None);
+    }
+}

@@ -2,18 +2,22 @@
 //! everything that changes state runs on the leader, so a follower forwards
 //! it there itself (the client never has to find the leader).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use raftmq_raft::NodeAddr;
 use raftmq_raft::command::{TopicConfig, TopicMessageType};
 use raftmq_raft::consumption::GroupConfig;
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::broker::Broker;
-use crate::proto::v1::from_pb;
 use crate::error::BrokerError;
+use crate::grpc::{self, OnLeader};
 use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
 use crate::proto::pb::broker_server;
+use crate::proto::v1::from_pb;
 
 pub struct BrokerService {
     broker: Arc<Broker>,
@@ -25,81 +29,57 @@ impl BrokerService {
             .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
             .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
     }
-}
 
-/// Whether a forwarded call failed before the request left this node (the
-/// leader could not be reached), so it is safe to send it again.
-pub(crate) fn not_delivered(s: &Status) -> bool {
-    if s.code() != tonic::Code::Unavailable {
-        return false;
-    }
-    // tonic keeps the transport error as the source: a connect error
-    // means the request never left this node.
-    let mut source = std::error::Error::source(s);
-    while let Some(e) = source {
-        if e.downcast_ref::<tonic::ConnectError>().is_some() {
-            return true;
+    /// Runs `local` here when this node leads, or forwards the request to
+    /// the leader with `forward` ([`grpc::on_leader`]).
+    async fn on_leader<Req, Resp, L, LF, F, FF>(
+        &self,
+        request: Request<Req>,
+        local: L,
+        forward: F,
+    ) -> Result<Resp, Status>
+    where
+        Req: Clone,
+        L: FnOnce(Req) -> LF,
+        LF: Future<Output = Result<Resp, BrokerError>>,
+        F: Fn(BrokerClient<Channel>, Request<Req>) -> FF,
+        FF: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let forward = |channel, r| {
+            let call = forward(v1_client(channel), r);
+            async move { call.await.map(Response::into_inner) }
+        };
+        match grpc::on_leader(&self.broker, request, forward).await? {
+            OnLeader::Here(req) => Ok(local(req).await?),
+            OnLeader::Answered(r) => Ok(r),
         }
-        source = e.source();
     }
-    s.message().contains("tcp connect error")
 }
 
-/// Runs `local` on the leader, or forwards the request with `remote`. When
-/// the known leader cannot be reached (it died and the group has not
-/// noticed yet), waits for the next one and forwards there, within
-/// [`crate::broker::FORWARD_WAIT`]: the client never has to retry elsewhere.
-macro_rules! on_leader {
-    ($self:ident, $request:ident, $req:ident, $local:expr, $remote:ident) => {{
-        // A request that was already forwarded once is not forwarded again:
-        // two nodes with stale views of the leader must not bounce it.
-        let forwarded = $request.metadata().contains_key(FORWARDED);
-        let $req = $request.into_inner();
-        let deadline = tokio::time::Instant::now() + crate::broker::FORWARD_WAIT;
-        loop {
-            match $self.broker.leader_client().await? {
-                None => break $local,
-                Some(_) if forwarded => {
-                    break Err(Status::unavailable("this node is not the leader either; retry"));
-                }
-                Some(mut client) => {
-                    let mut fwd = Request::new($req.clone());
-                    fwd.metadata_mut()
-                        .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
-                    match client.$remote(fwd).await {
-                        Ok(r) => break Ok(r.into_inner()),
-                        Err(s) if not_delivered(&s) && tokio::time::Instant::now() < deadline => {
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        }
-                        // A forwarded call's own errors come back as they were.
-                        Err(s) => break Err(Status::from(BrokerError::from(s))),
-                    }
-                }
-            }
-        }
-    }};
+/// A `raftmq.v1.Broker` client over a channel to another node.
+fn v1_client(channel: Channel) -> BrokerClient<Channel> {
+    BrokerClient::new(channel)
+        .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
 }
-
-/// Marks a request a follower forwarded to the leader.
-pub(crate) const FORWARDED: &str = "x-raftmq-forwarded";
 
 #[tonic::async_trait]
 impl broker_server::Broker for BrokerService {
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
-        let out = on_leader!(
-            self,
-            request,
-            req,
-            {
-                let messages = req.messages.into_iter().map(from_pb).collect();
-                let (first, count) = self.broker.send_local(&req.topic, req.queue_id, messages).await?;
-                Ok(pb::SendResponse {
-                    first_queue_offset: first,
-                    count,
-                })
-            },
-            send
-        )?;
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    let messages = req.messages.into_iter().map(from_pb).collect();
+                    let (first, count) = self.broker.send_local(&req.topic, req.queue_id, messages).await?;
+                    Ok(pb::SendResponse {
+                        first_queue_offset: first,
+                        count,
+                    })
+                },
+                |mut c, r| async move { c.send(r).await },
+            )
+            .await?;
         Ok(Response::new(out))
     }
 
@@ -114,29 +94,29 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn put_topic(&self, request: Request<pb::PutTopicRequest>) -> Result<Response<pb::PutTopicResponse>, Status> {
-        let out = on_leader!(
-            self,
-            request,
-            req,
-            {
-                self.broker
-                    .put_topic_local(TopicConfig {
-                        name: req.name.clone(),
-                        read_queues: req.read_queues,
-                        write_queues: req.write_queues,
-                        perm: req.perm,
-                        message_type: TopicMessageType::parse(&req.message_type).ok_or_else(|| {
-                            BrokerError::Invalid(format!(
-                                "message type {}: expected NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
-                                req.message_type
-                            ))
-                        })?,
-                    })
-                    .await?;
-                Ok(pb::PutTopicResponse {})
-            },
-            put_topic
-        )?;
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker
+                        .put_topic_local(TopicConfig {
+                            name: req.name.clone(),
+                            read_queues: req.read_queues,
+                            write_queues: req.write_queues,
+                            perm: req.perm,
+                            message_type: TopicMessageType::parse(&req.message_type).ok_or_else(|| {
+                                BrokerError::Invalid(format!(
+                                    "message type {}: expected NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
+                                    req.message_type
+                                ))
+                            })?,
+                        })
+                        .await?;
+                    Ok(pb::PutTopicResponse {})
+                },
+                |mut c, r| async move { c.put_topic(r).await },
+            )
+            .await?;
         Ok(Response::new(out))
     }
 
@@ -144,16 +124,16 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::DeleteTopicRequest>,
     ) -> Result<Response<pb::PutTopicResponse>, Status> {
-        let out = on_leader!(
-            self,
-            request,
-            req,
-            {
-                self.broker.delete_topic_local(&req.name).await?;
-                Ok(pb::PutTopicResponse {})
-            },
-            delete_topic
-        )?;
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker.delete_topic_local(&req.name).await?;
+                    Ok(pb::PutTopicResponse {})
+                },
+                |mut c, r| async move { c.delete_topic(r).await },
+            )
+            .await?;
         Ok(Response::new(out))
     }
 
@@ -161,22 +141,22 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::PutConsumerGroupRequest>,
     ) -> Result<Response<pb::PutConsumerGroupResponse>, Status> {
-        let out = on_leader!(
-            self,
-            request,
-            req,
-            {
-                self.broker
-                    .put_group_local(GroupConfig {
-                        name: req.name.clone(),
-                        fifo: req.fifo,
-                        max_delivery_attempts: req.max_delivery_attempts,
-                    })
-                    .await?;
-                Ok(pb::PutConsumerGroupResponse {})
-            },
-            put_consumer_group
-        )?;
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker
+                        .put_group_local(GroupConfig {
+                            name: req.name.clone(),
+                            fifo: req.fifo,
+                            max_delivery_attempts: req.max_delivery_attempts,
+                        })
+                        .await?;
+                    Ok(pb::PutConsumerGroupResponse {})
+                },
+                |mut c, r| async move { c.put_consumer_group(r).await },
+            )
+            .await?;
         Ok(Response::new(out))
     }
 
@@ -210,18 +190,18 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::ResetOffsetRequest>,
     ) -> Result<Response<pb::GroupProgressResponse>, Status> {
-        let out = on_leader!(
-            self,
-            request,
-            req,
-            {
-                self.broker
-                    .reset_offset_local(&req.group, &req.topic, req.timestamp_ms)
-                    .await?;
-                Ok(progress_of(&self.broker, &req.group))
-            },
-            reset_offset
-        )?;
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker
+                        .reset_offset_local(&req.group, &req.topic, req.timestamp_ms)
+                        .await?;
+                    Ok(progress_of(&self.broker, &req.group))
+                },
+                |mut c, r| async move { c.reset_offset(r).await },
+            )
+            .await?;
         Ok(Response::new(out))
     }
 
@@ -266,24 +246,24 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn add_node(&self, request: Request<pb::AddNodeRequest>) -> Result<Response<pb::MembershipResponse>, Status> {
-        let out = on_leader!(
-            self,
-            request,
-            req,
-            {
-                let addr = NodeAddr {
-                    raft_addr: req.raft_addr.clone(),
-                    client_addr: req.client_addr.clone(),
-                };
-                self.broker
-                    .node
-                    .add_node(req.node_id, addr)
-                    .await
-                    .map_err(BrokerError::from)?;
-                Ok(pb::MembershipResponse {})
-            },
-            add_node
-        )?;
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    let addr = NodeAddr {
+                        raft_addr: req.raft_addr.clone(),
+                        client_addr: req.client_addr.clone(),
+                    };
+                    self.broker
+                        .node
+                        .add_node(req.node_id, addr)
+                        .await
+                        .map_err(BrokerError::from)?;
+                    Ok(pb::MembershipResponse {})
+                },
+                |mut c, r| async move { c.add_node(r).await },
+            )
+            .await?;
         Ok(Response::new(out))
     }
 
@@ -291,20 +271,20 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        let out = on_leader!(
-            self,
-            request,
-            req,
-            {
-                self.broker
-                    .node
-                    .remove_node(req.node_id)
-                    .await
-                    .map_err(BrokerError::from)?;
-                Ok(pb::MembershipResponse {})
-            },
-            remove_node
-        )?;
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker
+                        .node
+                        .remove_node(req.node_id)
+                        .await
+                        .map_err(BrokerError::from)?;
+                    Ok(pb::MembershipResponse {})
+                },
+                |mut c, r| async move { c.remove_node(r).await },
+            )
+            .await?;
         Ok(Response::new(out))
     }
 
@@ -318,7 +298,8 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::CheckTransactionRequest>,
     ) -> Result<Response<pb::CheckTransactionResponse>, Status> {
-        let sent = crate::broker::held::transactions::check_for_peer(&self.broker, request.get_ref()).map_err(Status::from)?;
+        let sent =
+            crate::broker::held::transactions::check_for_peer(&self.broker, request.get_ref()).map_err(Status::from)?;
         Ok(Response::new(pb::CheckTransactionResponse { sent }))
     }
 
@@ -338,20 +319,20 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::TransferLeaderToRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
-        let out = on_leader!(
-            self,
-            request,
-            req,
-            {
-                self.broker
-                    .node
-                    .transfer_leader(req.node_id)
-                    .await
-                    .map_err(BrokerError::from)?;
-                Ok(pb::MembershipResponse {})
-            },
-            transfer_leader
-        )?;
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker
+                        .node
+                        .transfer_leader(req.node_id)
+                        .await
+                        .map_err(BrokerError::from)?;
+                    Ok(pb::MembershipResponse {})
+                },
+                |mut c, r| async move { c.transfer_leader(r).await },
+            )
+            .await?;
         Ok(Response::new(out))
     }
 }

@@ -303,7 +303,9 @@ impl Namesrv {
     pub async fn client(&self) -> raftmq::proto::pb::name_server_client::NameServerClient<Channel> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            match raftmq::proto::pb::name_server_client::NameServerClient::connect(format!("http://{}", self.addr)).await {
+            match raftmq::proto::pb::name_server_client::NameServerClient::connect(format!("http://{}", self.addr))
+                .await
+            {
                 Ok(c) => return c,
                 Err(e) if Instant::now() > deadline => panic!("namesrv never listened: {e}"),
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,

@@ -25,11 +25,11 @@ use raftmq_raft::command::AdminCommand;
 use raftmq_raft::held::{HeldId, TimerKey};
 use tokio::sync::watch;
 
-use crate::broker::batcher::Batcher;
 use crate::broker::Broker;
+use crate::broker::batcher::Batcher;
+use crate::broker::held::{self, Release};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
-use crate::broker::held::{self, Release};
 use crate::proto::rocketmq::v2::Code;
 
 /// How often the leader looks for new due messages at the least; a known

@@ -27,10 +27,10 @@ use raftmq_raft::message::MessageView;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
-use crate::clock::now_ms;
-use crate::error::BrokerError;
 use crate::broker::held;
 use crate::broker::metrics::OutcomeLabels;
+use crate::clock::now_ms;
+use crate::error::BrokerError;
 use crate::proto::pb;
 use crate::proto::rocketmq::v2::{self, Code};
 use crate::proto::v2_message::{self, Delivery};

@@ -21,8 +21,8 @@ use clap::Subcommand;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use crate::client::{Client, Outgoing};
 use crate::cli::produce::{parse_duration, pattern_body};
+use crate::client::{Client, Outgoing};
 
 /// User property carrying the send time (µs since the epoch).
 const SENT_US: &str = "bench_sent_us";

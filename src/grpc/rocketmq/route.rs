@@ -5,19 +5,24 @@
 //! to another, which forwards to the new leader: no route refresh needed.
 //!
 //! This node's own group comes from its replicated state (always current);
-//! other groups from the NameServers, when configured.
+//! other groups from the NameServers, when configured. A topic that does
+//! not exist yet is created on first use when `auto_create_topics` is on.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use raftmq_raft::TopicConfig;
 use raftmq_raft::command::{PERM_READ, PERM_WRITE, TopicMessageType};
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
 
-use crate::broker::Broker;
+use super::service::*;
+use crate::broker::{Broker, FORWARD_WAIT};
+use crate::client::route_cache::{RouteCache, RouteError};
 use crate::error::BrokerError;
 use crate::proto::pb;
 use crate::proto::rocketmq::v2;
-use crate::client::route_cache::{RouteCache, RouteError};
-use crate::proto::v2_message::accepted_types;
+use crate::proto::v2_message::{accepted_types, ok};
 
 /// One group's share of a topic.
 #[derive(Debug, Clone)]
@@ -138,6 +143,115 @@ pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues]) -> Vec<v2::M
         }
     }
     out
+}
+
+// The RPCs: QueryRoute and QueryAssignment.
+
+pub(super) async fn query_route(
+    svc: &MessagingService,
+    request: Request<v2::QueryRouteRequest>,
+) -> Result<Response<v2::QueryRouteResponse>, Status> {
+    let req = request.into_inner();
+    let out = async {
+        let name = topic_name(req.topic.as_ref())?;
+        let groups = route_groups(svc, &name).await?;
+        let topic = req.topic.clone().unwrap_or_default();
+        Ok::<_, BrokerError>(message_queues(&topic, &groups))
+    }
+    .await;
+    Ok(Response::new(match out {
+        Ok(message_queues) => v2::QueryRouteResponse {
+            status: Some(ok()),
+            message_queues,
+        },
+        Err(e) => v2::QueryRouteResponse {
+            status: Some(e.v2_status()),
+            message_queues: vec![],
+        },
+    }))
+}
+
+pub(super) async fn query_assignment(
+    svc: &MessagingService,
+    request: Request<v2::QueryAssignmentRequest>,
+) -> Result<Response<v2::QueryAssignmentResponse>, Status> {
+    let req = request.into_inner();
+    let out = async {
+        group_name(req.group.as_ref())?;
+        let name = topic_name(req.topic.as_ref())?;
+        let groups = route_groups(svc, &name).await?;
+        let topic = req.topic.clone().unwrap_or_default();
+        Ok::<_, BrokerError>(
+            message_queues(&topic, &groups)
+                .into_iter()
+                .filter(|q| {
+                    q.permission == v2::Permission::Read as i32 || q.permission == v2::Permission::ReadWrite as i32
+                })
+                .map(|q| v2::Assignment { message_queue: Some(q) })
+                .collect(),
+        )
+    }
+    .await;
+    Ok(Response::new(match out {
+        Ok(assignments) => v2::QueryAssignmentResponse {
+            status: Some(ok()),
+            assignments,
+        },
+        Err(e) => v2::QueryAssignmentResponse {
+            status: Some(e.v2_status()),
+            assignments: vec![],
+        },
+    }))
+}
+
+async fn route_groups(svc: &MessagingService, topic: &str) -> Result<Vec<GroupQueues>, BrokerError> {
+    let groups = groups_of(&svc.broker, svc.routes.as_ref(), topic).await?;
+    if !groups.is_empty() {
+        return Ok(groups);
+    }
+    if !svc.broker.cfg.auto_create_topics {
+        return Err(BrokerError::TopicNotFound(topic.to_string()));
+    }
+    auto_create_topic(svc, topic).await?;
+    groups_of(&svc.broker, svc.routes.as_ref(), topic).await
+}
+
+/// Creates a topic on first use (when `auto_create_topics` is on), on the
+/// leader of this node's group.
+async fn auto_create_topic(svc: &MessagingService, topic: &str) -> Result<(), BrokerError> {
+    let queues = svc.broker.cfg.auto_create_topic_queues;
+    match svc.broker.leader_client().await? {
+        None => {
+            svc.broker
+                .put_topic_local(raftmq_raft::TopicConfig {
+                    name: topic.to_string(),
+                    read_queues: queues,
+                    write_queues: queues,
+                    perm: 6,
+                    message_type: raftmq_raft::command::TopicMessageType::Mixed,
+                })
+                .await?
+        }
+        Some(mut c) => {
+            c.put_topic(crate::proto::pb::PutTopicRequest {
+                name: topic.to_string(),
+                read_queues: queues,
+                write_queues: queues,
+                perm: 6,
+                message_type: "MIXED".into(),
+            })
+            .await
+            .map_err(BrokerError::from)?;
+        }
+    }
+    tracing::info!(topic, queues, "created topic on first use");
+    // Wait until this node has applied it.
+    let deadline = Instant::now() + FORWARD_WAIT;
+    let mut applied = svc.broker.node.sm.applied_watch();
+    while svc.broker.node.sm.topic(topic).is_none() && Instant::now() < deadline {
+        let _ = tokio::time::timeout(Duration::from_millis(100), applied.changed()).await;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,226 @@
+//! The state of the `apache.rocketmq.v2` service and what its RPC families
+//! share: checking the names a request carries, receipts, invisible and
+//! long-polling durations, multi-result statuses, and running a call on the
+//! leader.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use futures::Stream;
+use raftmq_raft::consumption::Receipt;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic::{Request, Status, Streaming};
+
+use crate::broker::Broker;
+use crate::broker::pop::{self, MAX_INVISIBLE};
+use crate::broker::receipt;
+use crate::client::route_cache::RouteCache;
+use crate::error::BrokerError;
+use crate::grpc::{self, OnLeader};
+use crate::proto::rocketmq::v2;
+use crate::proto::rocketmq::v2::Code;
+use crate::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
+use crate::proto::rocketmq::v2::messaging_service_server::MessagingServiceServer;
+use crate::proto::v2_message::{from_duration, ok, status};
+
+pub(super) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// Client id header of the official clients.
+pub(super) const CLIENT_ID: &str = "x-mq-client-id";
+pub(super) const LANGUAGE: &str = "x-mq-language";
+/// Time left before a client's deadline that a long poll keeps in reserve
+/// for the answer to travel back.
+const DEADLINE_RESERVE: Duration = Duration::from_millis(500);
+/// Longest long poll, whatever the client asks for.
+const MAX_LONG_POLL: Duration = Duration::from_secs(60);
+
+pub struct MessagingService {
+    pub(super) broker: Arc<Broker>,
+    pub(super) routes: Option<RouteCache>,
+    /// Round-robin queue choice for sends that name no message group.
+    pub(super) next_queue: AtomicU32,
+    /// The configured delay levels, in milliseconds.
+    pub(super) delay_levels_ms: Vec<u64>,
+}
+
+impl MessagingService {
+    pub fn new(broker: Arc<Broker>) -> MessagingServiceServer<MessagingService> {
+        let routes = (!broker.cfg.namesrv_addrs.is_empty())
+            .then(|| RouteCache::new(&broker.cfg.namesrv_addrs, crate::client::route_cache::REFRESH));
+        // Validated with the config.
+        let delay_levels_ms = broker.cfg.timer.levels_ms().unwrap_or_default();
+        MessagingServiceServer::new(MessagingService {
+            broker,
+            routes,
+            delay_levels_ms,
+            next_queue: AtomicU32::new(rand::random()),
+        })
+        .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
+    }
+
+    /// Runs `local` here when this node leads, or forwards the request to
+    /// the leader with `forward` ([`grpc::on_leader`]).
+    pub(super) async fn on_leader<Req, Resp, L, LF, F, FF>(
+        &self,
+        request: Request<Req>,
+        local: L,
+        forward: F,
+    ) -> Result<Resp, BrokerError>
+    where
+        Req: Clone,
+        L: FnOnce(Req) -> LF,
+        LF: Future<Output = Result<Resp, BrokerError>>,
+        F: Fn(MessagingServiceClient<Channel>, Request<Req>) -> FF,
+        FF: Future<Output = Result<Resp, Status>>,
+    {
+        let forward = |channel, r| forward(leader_client(channel), r);
+        match grpc::on_leader(&self.broker, request, forward).await? {
+            OnLeader::Here(req) => local(req).await,
+            OnLeader::Answered(r) => Ok(r),
+        }
+    }
+}
+
+fn leader_client(channel: Channel) -> MessagingServiceClient<Channel> {
+    MessagingServiceClient::new(channel)
+        .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
+}
+
+/// The overall status of several results: OK if all are, the common code if
+/// all failed alike, MULTIPLE_RESULTS otherwise.
+pub(super) fn overall(statuses: &[v2::Status]) -> v2::Status {
+    match statuses.first() {
+        None => ok(),
+        Some(first) if statuses.iter().all(|s| s.code == first.code) => first.clone(),
+        Some(_) => status(Code::MultipleResults, "the entries have different results"),
+    }
+}
+
+pub(super) fn topic_name(r: Option<&v2::Resource>) -> Result<String, BrokerError> {
+    let name = r.map(|r| r.name.clone()).unwrap_or_default();
+    raftmq_store::queue_table::validate_topic(&name)
+        .map_err(|e| BrokerError::Refused(Code::IllegalTopic, format!("topic: {e}")))?;
+    if raftmq_raft::held::is_system_topic(&name) {
+        return Err(BrokerError::Refused(
+            Code::Forbidden,
+            format!("{name} is a system topic"),
+        ));
+    }
+    Ok(name)
+}
+
+pub(super) fn group_name(r: Option<&v2::Resource>) -> Result<String, BrokerError> {
+    let name = r.map(|r| r.name.clone()).unwrap_or_default();
+    pop::validate_group(&name)?;
+    Ok(name)
+}
+
+/// The queue a request names.
+pub(super) struct QueueRef {
+    pub(super) topic: String,
+    pub(super) namespace: String,
+    pub(super) id: i32,
+}
+
+impl QueueRef {
+    pub(super) fn of(mq: Option<&v2::MessageQueue>) -> Result<QueueRef, BrokerError> {
+        let mq = mq.cloned().unwrap_or_default();
+        Ok(QueueRef {
+            topic: topic_name(mq.topic.as_ref())?,
+            namespace: mq.topic.map(|t| t.resource_namespace).unwrap_or_default(),
+            id: mq.id,
+        })
+    }
+
+    pub(super) fn queue_id(&self) -> Result<u32, BrokerError> {
+        u32::try_from(self.id).map_err(|_| BrokerError::Refused(Code::BadRequest, "negative queue id".into()))
+    }
+}
+
+/// An offset answer: the offset with OK, or the error's status and 0.
+pub(super) fn offset_reply<T>(r: Result<u64, BrokerError>, reply: impl FnOnce(v2::Status, i64) -> T) -> T {
+    match r {
+        Ok(offset) => reply(ok(), offset as i64),
+        Err(e) => reply(e.v2_status(), 0),
+    }
+}
+
+pub(super) fn decode_receipt(s: &str) -> Result<Receipt, BrokerError> {
+    receipt::decode(s).ok_or_else(|| {
+        BrokerError::Refused(
+            Code::InvalidReceiptHandle,
+            "the receipt handle is malformed (not one this broker gave out)".into(),
+        )
+    })
+}
+
+pub(super) fn stale_receipt() -> v2::Status {
+    status(
+        Code::InvalidReceiptHandle,
+        "the receipt handle has expired: the message was acknowledged, redelivered or dead-lettered since",
+    )
+}
+
+/// An invisible duration between `min` and [`MAX_INVISIBLE`].
+pub(super) fn invisible_time(
+    d: Option<&prost_types::Duration>,
+    default: Duration,
+    min: Duration,
+) -> Result<Duration, BrokerError> {
+    let Some(d) = d else { return Ok(default) };
+    match from_duration(d) {
+        Some(t) if t >= min && t <= MAX_INVISIBLE => Ok(t),
+        _ => Err(BrokerError::Refused(
+            Code::IllegalInvisibleTime,
+            format!(
+                "invisible duration must be between {} ms and {} s",
+                min.as_millis(),
+                MAX_INVISIBLE.as_secs()
+            ),
+        )),
+    }
+}
+
+/// The deadline of a long poll: `wait`, capped, answering before the
+/// client's own deadline.
+pub(super) fn poll_deadline(mut wait: Duration, client_deadline: Option<Duration>) -> Instant {
+    wait = wait.min(MAX_LONG_POLL);
+    if let Some(d) = client_deadline {
+        wait = wait.min(d.saturating_sub(DEADLINE_RESERVE.max(d / 20)));
+    }
+    Instant::now() + wait
+}
+
+/// The items of a forwarded call's response stream.
+pub(super) async fn collect<T>(mut s: Streaming<T>) -> Result<Vec<T>, Status> {
+    let mut out = Vec::new();
+    while let Some(item) = s.message().await? {
+        out.push(item);
+    }
+    Ok(out)
+}
+
+pub(super) fn stream_of<T: Send + 'static>(items: Vec<T>) -> BoxStream<T> {
+    Box::pin(tokio_stream::iter(items.into_iter().map(Ok)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overall_status() {
+        assert_eq!(overall(&[ok(), ok()]).code, Code::Ok as i32);
+        assert_eq!(
+            overall(&[stale_receipt(), stale_receipt()]).code,
+            Code::InvalidReceiptHandle as i32
+        );
+        assert_eq!(overall(&[ok(), stale_receipt()]).code, Code::MultipleResults as i32);
+    }
+}

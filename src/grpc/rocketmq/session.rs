@@ -1,0 +1,115 @@
+//! A client's session with a node: heartbeats, the Telemetry stream
+//! (settings in, server commands such as transaction check-backs out), and
+//! termination.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+use tonic::{Request, Response, Status};
+
+use super::service::*;
+use crate::broker::pop;
+use crate::grpc::header;
+use crate::proto::rocketmq::v2;
+use crate::proto::rocketmq::v2::Code;
+use crate::proto::v2_message::{ok, status};
+
+pub(super) async fn heartbeat(
+    svc: &MessagingService,
+    request: Request<v2::HeartbeatRequest>,
+) -> Result<Response<v2::HeartbeatResponse>, Status> {
+    let id = header(request.metadata(), CLIENT_ID).to_string();
+    let language = header(request.metadata(), LANGUAGE).to_string();
+    let req = request.into_inner();
+    let group = req.group.map(|g| g.name);
+    if let Some(g) = group.as_deref().filter(|g| !g.is_empty())
+        && let Err(e) = pop::validate_group(g)
+    {
+        return Ok(Response::new(v2::HeartbeatResponse {
+            status: Some(e.v2_status()),
+        }));
+    }
+    let client_type = v2::ClientType::try_from(req.client_type).unwrap_or(v2::ClientType::Unspecified);
+    svc.broker.clients.seen(&id, client_type, group, &language);
+    Ok(Response::new(v2::HeartbeatResponse { status: Some(ok()) }))
+}
+
+pub(super) async fn telemetry(
+    svc: &MessagingService,
+    request: Request<Streaming<v2::TelemetryCommand>>,
+) -> Result<Response<ReceiverStream<Result<v2::TelemetryCommand, Status>>>, Status> {
+    let id = header(request.metadata(), CLIENT_ID).to_string();
+    let language = header(request.metadata(), LANGUAGE).to_string();
+    let mut inbound = request.into_inner();
+    let (tx, rx) = mpsc::channel(16);
+    let broker = svc.broker.clone();
+    static STREAMS: AtomicU64 = AtomicU64::new(0);
+    let stream_id = STREAMS.fetch_add(1, Ordering::Relaxed);
+    tokio::spawn(async move {
+        loop {
+            let cmd = match inbound.message().await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(client = id, "telemetry stream ended: {e}");
+                    break;
+                }
+            };
+            let Some(v2::telemetry_command::Command::Settings(s)) = cmd.command else {
+                // Answers to server commands (a check-back is answered
+                // with EndTransaction instead).
+                continue;
+            };
+            let client_type = s
+                .client_type
+                .and_then(|t| v2::ClientType::try_from(t).ok())
+                .unwrap_or(v2::ClientType::Unspecified);
+            let group = match &s.pub_sub {
+                Some(v2::settings::PubSub::Subscription(sub)) => sub.group.as_ref().map(|g| g.name.clone()),
+                _ => None,
+            };
+            let published: Option<Vec<String>> = match &s.pub_sub {
+                Some(v2::settings::PubSub::Publishing(p)) => Some(p.topics.iter().map(|t| t.name.clone()).collect()),
+                _ => None,
+            };
+            let config = group.as_deref().map(|g| broker.popper.group_or_default(g));
+            let reply = crate::grpc::rocketmq::settings::effective(&s, &broker.cfg, config.as_ref());
+            broker.clients.seen(&id, client_type, group, &language);
+            if let Some(topics) = published {
+                broker.clients.publishes(&id, topics);
+            }
+            broker.clients.attach(&id, stream_id, tx.clone());
+            let cmd = v2::TelemetryCommand {
+                status: Some(ok()),
+                command: Some(v2::telemetry_command::Command::Settings(reply)),
+            };
+            if tx.send(Ok(cmd)).await.is_err() {
+                break;
+            }
+        }
+        broker.clients.detach(&id, stream_id);
+    });
+    Ok(Response::new(ReceiverStream::new(rx)))
+}
+
+pub(super) async fn notify_client_termination(
+    svc: &MessagingService,
+    request: Request<v2::NotifyClientTerminationRequest>,
+) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
+    let id = header(request.metadata(), CLIENT_ID).to_string();
+    svc.broker.clients.remove(&id);
+    Ok(Response::new(v2::NotifyClientTerminationResponse {
+        status: Some(ok()),
+    }))
+}
+
+pub(super) async fn sync_lite_subscription(
+    _svc: &MessagingService,
+    _request: Request<v2::SyncLiteSubscriptionRequest>,
+) -> Result<Response<v2::SyncLiteSubscriptionResponse>, Status> {
+    Ok(Response::new(v2::SyncLiteSubscriptionResponse {
+        status: Some(status(Code::Unsupported, "lite topics are not supported")),
+    }))
+}
