@@ -7,11 +7,14 @@ pub mod batcher;
 pub mod clients;
 pub mod config;
 pub mod held;
+pub mod internal_topic;
 pub mod metrics;
 pub mod pop;
 pub mod progress;
+pub mod read;
 pub mod receipt;
 pub mod registration;
+pub mod status;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,25 +33,7 @@ use crate::broker::config::BrokerConfig;
 use crate::broker::metrics::{BrokerMetrics, TopicLabels};
 use crate::broker::pop::{GroupDefaults, Popper};
 use crate::error::BrokerError;
-use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
-use crate::proto::v1::to_pb;
-
-/// Creates a topic the broker itself writes to (a dead-letter or system
-/// topic: one queue, any message type) unless it exists.
-pub async fn ensure_internal_topic(node: &RaftNode, name: &str) -> Result<(), BrokerError> {
-    if node.sm.topic(name).is_none() {
-        let t = TopicConfig {
-            name: name.to_string(),
-            read_queues: 1,
-            write_queues: 1,
-            perm: 6,
-            message_type: raftmq_raft::command::TopicMessageType::Mixed,
-        };
-        crate::broker::batcher::write_bounded(node, raftmq_raft::Command::admin(&AdminCommand::PutTopic(t))).await?;
-    }
-    Ok(())
-}
 
 /// How long a follower waits for a leader to forward to.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
@@ -264,37 +249,6 @@ impl Broker {
         Ok(())
     }
 
-    /// Reads committed messages from this node's applied state.
-    pub fn read(&self, topic: &str, queue_id: u32, offset: u64, max: u32) -> Result<pb::ReadResponse, BrokerError> {
-        if self.node.sm.topic(topic).is_none() {
-            return Err(BrokerError::TopicNotFound(topic.to_string()));
-        }
-        let store = &self.node.store;
-        let Some(cq) = store.queue(topic, queue_id) else {
-            return Ok(pb::ReadResponse {
-                messages: vec![],
-                next_offset: offset,
-                max_offset: 0,
-            });
-        };
-        let (min, end) = (cq.min_offset(), cq.max_offset());
-        let start = offset.max(min);
-        let stop = end.min(start.saturating_add(u64::from(max.clamp(1, 1024))));
-        let mut messages = Vec::new();
-        for q in start..stop {
-            let (_, bytes) = store
-                .message(topic, queue_id, q)
-                .map_err(|e| BrokerError::Internal(e.to_string()))?;
-            let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
-            messages.push(to_pb(&view, q));
-        }
-        Ok(pb::ReadResponse {
-            messages,
-            next_offset: stop.max(start),
-            max_offset: end,
-        })
-    }
-
     pub async fn put_topic_local(&self, t: TopicConfig) -> Result<(), BrokerError> {
         raftmq_store::queue_table::validate_topic(&t.name).map_err(|e| BrokerError::Invalid(e.to_string()))?;
         if raftmq_raft::held::is_system_topic(&t.name) {
@@ -366,103 +320,6 @@ impl Broker {
         Ok(())
     }
 
-    /// Messages of `topic` whose id (or one of whose keys) is `wanted`, newest
-    /// first, from the key index of this node's applied state.
-    pub fn query_messages(
-        &self,
-        topic: &str,
-        wanted: &str,
-        by_id: bool,
-        max: usize,
-    ) -> Result<Vec<pb::Message>, BrokerError> {
-        if self.node.sm.topic(topic).is_none() {
-            return Err(BrokerError::TopicNotFound(topic.to_string()));
-        }
-        let store = &self.node.store;
-        let key = format!("{topic}#{wanted}");
-        // Hash collisions and other topics' messages are filtered below.
-        let candidates = store
-            .query_key(key.as_bytes(), 0, u64::MAX, max.saturating_mul(4).max(64))
-            .map_err(|e| BrokerError::Internal(e.to_string()))?;
-        let limit = self.cfg.store.max_record_size;
-        let mut out = Vec::new();
-        for phys in candidates {
-            let log = store.commitlog();
-            let Ok(head) = log.read_bytes(phys, 4) else { continue };
-            let len = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
-            if len == 0 || len > limit {
-                continue;
-            }
-            let Ok(bytes) = log.read_bytes(phys, len) else { continue };
-            let Ok((v, _)) = MessageView::parse(&bytes) else {
-                continue;
-            };
-            let hit = if by_id {
-                v.message_id == wanted
-            } else {
-                v.keys().any(|k| k == wanted)
-            };
-            if hit {
-                out.push(to_pb(&v, 0));
-                if out.len() >= max {
-                    break;
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Messages of `topic` stored in `[begin_ms, end_ms)`, in one queue or
-    /// all, from this node's applied state: (queue id, message) in queue
-    /// order, at most `max`.
-    pub fn query_time_range(
-        &self,
-        topic: &str,
-        queue: Option<u32>,
-        begin_ms: u64,
-        end_ms: u64,
-        max: usize,
-    ) -> Result<Vec<(u32, pb::Message)>, BrokerError> {
-        let t = self
-            .node
-            .sm
-            .topic(topic)
-            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
-        let queues: Vec<u32> = match queue {
-            Some(q) if q < t.read_queues => vec![q],
-            Some(q) => {
-                return Err(BrokerError::Invalid(format!(
-                    "topic {topic} has {} queues, not {}",
-                    t.read_queues,
-                    q + 1
-                )));
-            }
-            None => (0..t.read_queues).collect(),
-        };
-        let store = &self.node.store;
-        let mut out = Vec::new();
-        for q in queues {
-            let Some(cq) = store.queue(topic, q) else { continue };
-            let mut offset = self.offset_for_timestamp(topic, q, begin_ms)?.max(cq.min_offset());
-            while offset < cq.max_offset() && out.len() < max {
-                let (_, bytes) = store
-                    .message(topic, q, offset)
-                    .map_err(|e| BrokerError::Internal(e.to_string()))?;
-                let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
-                // Store times follow the leader's clock and are not strictly
-                // monotonic across leaders: stop at the first one past the end.
-                if view.store_timestamp_ms >= end_ms {
-                    break;
-                }
-                if view.store_timestamp_ms >= begin_ms {
-                    out.push((q, to_pb(&view, offset)));
-                }
-                offset += 1;
-            }
-        }
-        Ok(out)
-    }
-
     pub async fn delete_topic_local(&self, name: &str) -> Result<(), BrokerError> {
         if raftmq_raft::held::is_system_topic(name) {
             return Err(BrokerError::Invalid(format!("{name} is a system topic")));
@@ -474,59 +331,4 @@ impl Broker {
         self.node.write(cmd).await?;
         Ok(())
     }
-
-    pub fn status(&self, with_digest: bool) -> Result<pb::StatusResponse, BrokerError> {
-        let m = self.node.raft.metrics().borrow_watched().clone();
-        let role = self.node.role();
-        let membership = m.membership_config.membership();
-        let voters: Vec<u64> = membership.voter_ids().collect();
-        let members = membership
-            .nodes()
-            .map(|(id, n)| pb::Member {
-                node_id: *id,
-                raft_addr: n.raft_addr.clone(),
-                client_addr: n.client_addr.clone(),
-                voter: voters.contains(id),
-            })
-            .collect();
-        let applied = m.last_applied.map_or(0, |l| l.index);
-        let log = self.node.log.clone();
-        let digest = if with_digest {
-            applied_digest(&log, m.last_applied.map(|l| l.index))?
-        } else {
-            0
-        };
-        Ok(pb::StatusResponse {
-            node_id: self.node.id,
-            group: self.cfg.group.clone(),
-            role: role.into(),
-            term: m.current_term,
-            leader_id: m.current_leader,
-            last_log_index: m.last_log_index.unwrap_or(0),
-            commit_index: m.local_committed.map_or(0, |l| l.index),
-            applied_index: applied,
-            members,
-            applied_log_digest: digest,
-            log_start_index: log.bounds().0,
-        })
-    }
-}
-
-/// CRC32 over (term, index, record CRC) of every record up to `applied`.
-fn applied_digest(log: &raftmq_raft::LogStore, applied: Option<u64>) -> Result<u32, BrokerError> {
-    let mut h = crc32fast::Hasher::new();
-    let Some(applied) = applied else { return Ok(0) };
-    let (first, _) = log.bounds();
-    for i in first..=applied {
-        let unit = log.locate(i).map_err(|e| BrokerError::Internal(e.to_string()))?;
-        let record = log
-            .store()
-            .commitlog()
-            .read(unit.phys)
-            .map_err(|e| BrokerError::Internal(e.to_string()))?;
-        h.update(&record.meta().term.to_le_bytes());
-        h.update(&record.meta().index.to_le_bytes());
-        h.update(&record.crc().to_le_bytes());
-    }
-    Ok(h.finalize())
 }

@@ -407,7 +407,7 @@ impl Popper {
     /// ack are one entry. `Ok(false)`: the receipt was stale.
     pub async fn dead_letter(&self, group: &str, topic: &str, r: &Receipt) -> Result<bool, BrokerError> {
         let dlq = consumption::dlq_topic(group);
-        crate::broker::ensure_internal_topic(&self.node, &dlq).await?;
+        crate::broker::internal_topic::ensure(&self.node, &dlq).await?;
         let bytes = match self.node.store.message(topic, r.queue_id, r.offset) {
             Ok((_, bytes)) => bytes,
             Err(e) => {

@@ -49,7 +49,7 @@ pub fn heartbeat(broker: &Broker) -> Option<pb::BrokerHeartbeat> {
         cluster: broker.cfg.cluster.clone(),
         group: broker.cfg.group.clone(),
         node_id: s.node_id,
-        role: s.role,
+        role: s.role.to_string(),
         term: s.term,
         client_addr: broker.cfg.client_addr(),
         raft_addr: broker.cfg.raft_addr(),

@@ -12,12 +12,14 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::broker::Broker;
+use crate::broker::read::StoredMessage;
+use crate::broker::status::NodeStatus;
 use crate::error::BrokerError;
 use crate::grpc::{self, OnLeader};
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
 use crate::proto::pb::broker_server;
-use crate::proto::v1::from_pb;
+use crate::proto::v1::{from_pb, to_pb};
 
 pub struct BrokerService {
     broker: Arc<Broker>,
@@ -85,12 +87,12 @@ impl broker_server::Broker for BrokerService {
 
     async fn read(&self, request: Request<pb::ReadRequest>) -> Result<Response<pb::ReadResponse>, Status> {
         let r = request.into_inner();
-        Ok(Response::new(self.broker.read(
-            &r.topic,
-            r.queue_id,
-            r.offset,
-            r.max_count,
-        )?))
+        let batch = self.broker.read(&r.topic, r.queue_id, r.offset, r.max_count)?;
+        Ok(Response::new(pb::ReadResponse {
+            messages: batch.messages.into_iter().map(stored_to_pb).collect(),
+            next_offset: batch.next_offset,
+            max_offset: batch.max_offset,
+        }))
     }
 
     async fn put_topic(&self, request: Request<pb::PutTopicRequest>) -> Result<Response<pb::PutTopicResponse>, Status> {
@@ -221,7 +223,7 @@ impl broker_server::Broker for BrokerService {
                 })
                 .await
                 .map_err(|e| Status::internal(e.to_string()))??;
-                let (queue_ids, messages) = found.into_iter().unzip();
+                let (queue_ids, messages) = found.into_iter().map(|(q, m)| (q, stored_to_pb(m))).unzip();
                 return Ok(Response::new(pb::QueryMessagesResponse { messages, queue_ids }));
             }
             None => return Err(Status::invalid_argument("give a message id, a key or a time range")),
@@ -231,7 +233,7 @@ impl broker_server::Broker for BrokerService {
             .await
             .map_err(|e| Status::internal(e.to_string()))??;
         Ok(Response::new(pb::QueryMessagesResponse {
-            messages,
+            messages: messages.into_iter().map(stored_to_pb).collect(),
             queue_ids: vec![],
         }))
     }
@@ -242,7 +244,7 @@ impl broker_server::Broker for BrokerService {
         let status = tokio::task::spawn_blocking(move || broker.status(with_digest))
             .await
             .map_err(|e| Status::internal(e.to_string()))??;
-        Ok(Response::new(status))
+        Ok(Response::new(status_to_pb(status)))
     }
 
     async fn add_node(&self, request: Request<pb::AddNodeRequest>) -> Result<Response<pb::MembershipResponse>, Status> {
@@ -351,5 +353,34 @@ fn progress_of(broker: &Broker, group: &str) -> pb::GroupProgressResponse {
                 inflight: p.inflight,
             })
             .collect(),
+    }
+}
+
+fn stored_to_pb(m: StoredMessage) -> pb::Message {
+    to_pb(m.message, m.store_timestamp_ms, m.queue_offset)
+}
+
+fn status_to_pb(s: NodeStatus) -> pb::StatusResponse {
+    pb::StatusResponse {
+        node_id: s.node_id,
+        group: s.group,
+        role: s.role.to_string(),
+        term: s.term,
+        leader_id: s.leader_id,
+        last_log_index: s.last_log_index,
+        commit_index: s.commit_index,
+        applied_index: s.applied_index,
+        members: s
+            .members
+            .into_iter()
+            .map(|m| pb::Member {
+                node_id: m.node_id,
+                raft_addr: m.addr.raft_addr,
+                client_addr: m.addr.client_addr,
+                voter: m.voter,
+            })
+            .collect(),
+        applied_log_digest: s.applied_log_digest,
+        log_start_index: s.log_start_index,
     }
 }

@@ -2,7 +2,6 @@
 //! Raft layer's [`Message`].
 
 use raftmq_raft::Message;
-use raftmq_raft::message::MessageView;
 
 use super::pb;
 
@@ -17,8 +16,8 @@ pub fn from_pb(m: pb::Message) -> Message {
     }
 }
 
-pub fn to_pb(v: &MessageView<'_>, queue_offset: u64) -> pb::Message {
-    let m = v.to_message();
+/// A stored message as the wire carries it.
+pub fn to_pb(m: Message, store_timestamp_ms: u64, queue_offset: u64) -> pb::Message {
     pb::Message {
         message_id: m.message_id,
         tag: m.tag,
@@ -26,7 +25,7 @@ pub fn to_pb(v: &MessageView<'_>, queue_offset: u64) -> pb::Message {
         properties: m.properties.into_iter().collect(),
         body: m.body,
         born_timestamp_ms: m.born_timestamp_ms,
-        store_timestamp_ms: v.store_timestamp_ms,
+        store_timestamp_ms,
         queue_offset,
     }
 }

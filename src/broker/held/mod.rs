@@ -11,8 +11,9 @@ use raftmq_raft::held::{self, HeldId};
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{BatchOutcome, Message, RaftNode};
 
+use crate::broker::Broker;
 use crate::broker::batcher::write_bounded;
-use crate::broker::{Broker, ensure_internal_topic};
+use crate::broker::internal_topic;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::proto::pb;
@@ -31,7 +32,7 @@ pub struct ToHold {
 /// Stores messages in `system_topic` through the batcher (so concurrent
 /// timed sends share entries as plain sends do) and returns their ids.
 pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Result<Vec<HeldId>, BrokerError> {
-    ensure_internal_topic(&broker.node, system_topic).await?;
+    internal_topic::ensure(&broker.node, system_topic).await?;
     let messages: Vec<Message> = msgs
         .into_iter()
         .map(|h| {

@@ -1,0 +1,168 @@
+//! Reads from this node's applied state (any node serves them, never past
+//! what it has applied): a queue from an offset, and messages by id, key or
+//! store time.
+
+use raftmq_raft::Message;
+use raftmq_raft::message::MessageView;
+
+use super::Broker;
+use crate::error::BrokerError;
+
+/// A message as stored, with where it sits in its queue.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    pub message: Message,
+    pub store_timestamp_ms: u64,
+    /// 0 where the lookup does not know it (queries by id or key).
+    pub queue_offset: u64,
+}
+
+impl StoredMessage {
+    pub fn of(v: &MessageView<'_>, queue_offset: u64) -> StoredMessage {
+        StoredMessage {
+            message: v.to_message(),
+            store_timestamp_ms: v.store_timestamp_ms,
+            queue_offset,
+        }
+    }
+}
+
+/// Messages read from one queue.
+#[derive(Debug, Clone)]
+pub struct ReadBatch {
+    pub messages: Vec<StoredMessage>,
+    /// Where the next read starts.
+    pub next_offset: u64,
+    /// One past the last message of the queue on this node.
+    pub max_offset: u64,
+}
+
+impl Broker {
+    /// Reads committed messages from this node's applied state.
+    pub fn read(&self, topic: &str, queue_id: u32, offset: u64, max: u32) -> Result<ReadBatch, BrokerError> {
+        if self.node.sm.topic(topic).is_none() {
+            return Err(BrokerError::TopicNotFound(topic.to_string()));
+        }
+        let store = &self.node.store;
+        let Some(cq) = store.queue(topic, queue_id) else {
+            return Ok(ReadBatch {
+                messages: vec![],
+                next_offset: offset,
+                max_offset: 0,
+            });
+        };
+        let (min, end) = (cq.min_offset(), cq.max_offset());
+        let start = offset.max(min);
+        let stop = end.min(start.saturating_add(u64::from(max.clamp(1, 1024))));
+        let mut messages = Vec::new();
+        for q in start..stop {
+            let (_, bytes) = store
+                .message(topic, queue_id, q)
+                .map_err(|e| BrokerError::Internal(e.to_string()))?;
+            let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+            messages.push(StoredMessage::of(&view, q));
+        }
+        Ok(ReadBatch {
+            messages,
+            next_offset: stop.max(start),
+            max_offset: end,
+        })
+    }
+
+    /// Messages of `topic` whose id (or one of whose keys) is `wanted`, newest
+    /// first, from the key index of this node's applied state.
+    pub fn query_messages(
+        &self,
+        topic: &str,
+        wanted: &str,
+        by_id: bool,
+        max: usize,
+    ) -> Result<Vec<StoredMessage>, BrokerError> {
+        if self.node.sm.topic(topic).is_none() {
+            return Err(BrokerError::TopicNotFound(topic.to_string()));
+        }
+        let store = &self.node.store;
+        let key = format!("{topic}#{wanted}");
+        // Hash collisions and other topics' messages are filtered below.
+        let candidates = store
+            .query_key(key.as_bytes(), 0, u64::MAX, max.saturating_mul(4).max(64))
+            .map_err(|e| BrokerError::Internal(e.to_string()))?;
+        let limit = self.cfg.store.max_record_size;
+        let mut out = Vec::new();
+        for phys in candidates {
+            let log = store.commitlog();
+            let Ok(head) = log.read_bytes(phys, 4) else { continue };
+            let len = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+            if len == 0 || len > limit {
+                continue;
+            }
+            let Ok(bytes) = log.read_bytes(phys, len) else { continue };
+            let Ok((v, _)) = MessageView::parse(&bytes) else {
+                continue;
+            };
+            let hit = if by_id {
+                v.message_id == wanted
+            } else {
+                v.keys().any(|k| k == wanted)
+            };
+            if hit {
+                out.push(StoredMessage::of(&v, 0));
+                if out.len() >= max {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Messages of `topic` stored in `[begin_ms, end_ms)`, in one queue or
+    /// all, from this node's applied state: (queue id, message) in queue
+    /// order, at most `max`.
+    pub fn query_time_range(
+        &self,
+        topic: &str,
+        queue: Option<u32>,
+        begin_ms: u64,
+        end_ms: u64,
+        max: usize,
+    ) -> Result<Vec<(u32, StoredMessage)>, BrokerError> {
+        let t = self
+            .node
+            .sm
+            .topic(topic)
+            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        let queues: Vec<u32> = match queue {
+            Some(q) if q < t.read_queues => vec![q],
+            Some(q) => {
+                return Err(BrokerError::Invalid(format!(
+                    "topic {topic} has {} queues, not {}",
+                    t.read_queues,
+                    q + 1
+                )));
+            }
+            None => (0..t.read_queues).collect(),
+        };
+        let store = &self.node.store;
+        let mut out = Vec::new();
+        for q in queues {
+            let Some(cq) = store.queue(topic, q) else { continue };
+            let mut offset = self.offset_for_timestamp(topic, q, begin_ms)?.max(cq.min_offset());
+            while offset < cq.max_offset() && out.len() < max {
+                let (_, bytes) = store
+                    .message(topic, q, offset)
+                    .map_err(|e| BrokerError::Internal(e.to_string()))?;
+                let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+                // Store times follow the leader's clock and are not strictly
+                // monotonic across leaders: stop at the first one past the end.
+                if view.store_timestamp_ms >= end_ms {
+                    break;
+                }
+                if view.store_timestamp_ms >= begin_ms {
+                    out.push((q, StoredMessage::of(&view, offset)));
+                }
+                offset += 1;
+            }
+        }
+        Ok(out)
+    }
+}
