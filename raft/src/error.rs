@@ -41,3 +41,8 @@ impl RaftError {
         )
     }
 }
+
+/// A storage error as the `io::Error` openraft's storage traits return.
+pub(crate) fn io_err(e: raftmq_store::StoreError) -> std::io::Error {
+    std::io::Error::other(e)
+}

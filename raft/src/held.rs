@@ -24,12 +24,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use std::io;
-
 use serde::{Deserialize, Serialize};
 
-use crate::command::Decoded;
-use crate::log_store::LogStore;
 use crate::message::{Message, MessageView};
 
 /// System topic of timed messages (RocketMQ 5's name).
@@ -216,44 +212,6 @@ impl Held {
             (a, b) => a.or(b),
         }
     }
-}
-
-/// Reads a held message back from the log, with the time it was stored.
-pub fn read(log: &LogStore, id: HeldId) -> io::Result<(Message, u64)> {
-    with_entry(log, id.index, |messages| {
-        messages
-            .nth(id.ordinal as usize)
-            .map(|v| (v.to_message(), v.store_timestamp_ms))
-            .ok_or_else(|| invalid(format!("entry {} has no message {}", id.index, id.ordinal)))
-    })
-}
-
-/// Reads every message of entry `index` (held or not, by ordinal), with
-/// their store times: one decode for all the held messages of an entry.
-pub fn read_entry(log: &LogStore, index: u64) -> io::Result<Vec<(Message, u64)>> {
-    with_entry(log, index, |messages| {
-        Ok(messages.map(|v| (v.to_message(), v.store_timestamp_ms)).collect())
-    })
-}
-
-/// Runs `f` over the messages of entry `index`, across its batches.
-fn with_entry<R>(
-    log: &LogStore,
-    index: u64,
-    f: impl FnOnce(&mut dyn Iterator<Item = &MessageView<'_>>) -> io::Result<R>,
-) -> io::Result<R> {
-    let cmd = log
-        .command_at(index)?
-        .ok_or_else(|| invalid(format!("entry {index} holds no messages")))?;
-    let batches = match cmd.decode().map_err(|e| invalid(e.to_string()))? {
-        Decoded::Send(b) | Decoded::GuardedSend(_, b) => b,
-        Decoded::Admin(_) => return Err(invalid(format!("entry {index} holds no messages"))),
-    };
-    f(&mut batches.iter().flat_map(|b| b.messages.iter()).map(|(_, _, v)| v))
-}
-
-fn invalid(what: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
 /// The copy a held message is released as: in its real topic and queue,

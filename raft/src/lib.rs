@@ -5,21 +5,21 @@
 //!
 //! | module            | what it holds                                                     |
 //! |-------------------|-------------------------------------------------------------------|
-//! | [`types`]         | the openraft type configuration, node addresses, aliases           |
+//! | [`types`]         | the openraft type configuration, node addresses, aliases ([`Raft`] is here, at the root) |
 //! | [`message`]       | the stored layout of one message                                   |
 //! | [`command`]       | state-machine commands (a Raft entry's data) and their responses    |
 //! | [`consumption`]   | pop-style consumption state: in-flight deliveries, acks, redelivery |
-//! | [`held`]          | timed and half messages held until due or resolved                  |
+//! | [`held`]          | timed and half messages held until due or resolved (state only)     |
 //! | [`entry`]         | entries as CommitLog records and as wire messages                  |
 //! | `raft_meta`       | vote, purged and committed log ids beside the log                   |
-//! | [`log_store`]     | openraft's log storage on the CommitLog, with the log index          |
+//! | [`log_store`]     | openraft's log storage on the CommitLog, with the log index; reads an entry's messages |
 //! | [`state_machine`] | applies entries: queue offsets, ConsumeQueues, keys, metadata; snapshots |
 //! | [`network`]       | the gRPC client side of the Raft transport                         |
 //! | [`service`]       | the gRPC server side, feeding requests into openraft               |
 //! | [`serve`]         | serving gRPC on a bound listener (TCP_NODELAY, shutdown)           |
 //! | [`node`]          | one node: store, log, state machine, Raft, transport, bootstrap     |
 //! | `wire`            | openraft messages <-> protobuf                                      |
-//! | [`error`]         | [`RaftError`]: retryable (not leader, unavailable) vs final         |
+//! | [`error`]         | [`RaftError`]: retryable (not leader, unavailable) vs final; storage errors as `io::Error` |
 //! | `pb`              | code generated from `proto/raftmq/v1/raft.proto`                    |
 //!
 //! # Data flow
@@ -62,3 +62,6 @@ pub use message::Message;
 pub use node::{NodeConfig, RaftNode};
 pub use state_machine::{Metadata, StateMachine};
 pub use types::{NodeAddr, NodeId, TypeConfig};
+
+/// A Raft node of a broker group.
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;

@@ -41,18 +41,18 @@ use bytes::Bytes;
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use raftmq_store::commitlog::NewRecord;
-use raftmq_store::{ConsumeQueue, CqUnit, RecordRef, Store, StoreError};
+use raftmq_store::{ConsumeQueue, CqUnit, RecordRef, Store};
 
+use crate::command::{Command, Decoded};
 use crate::entry;
+use crate::error::io_err;
+use crate::held::HeldId;
+use crate::message::{Message, MessageView};
 use crate::raft_meta::RaftMeta;
 use crate::types::{Entry, LogId, TypeConfig, Vote, log_id};
 
 /// Units per log-index file (20 bytes each, sector-packed: about 6 MB).
 pub const LOG_INDEX_UNITS_PER_FILE: u64 = 300_000;
-
-pub(crate) fn io_err(e: StoreError) -> io::Error {
-    io::Error::other(e)
-}
 
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
@@ -193,11 +193,46 @@ impl LogStore {
 
     /// The command of entry `index` (none for blank and membership
     /// entries).
-    pub fn command_at(&self, index: u64) -> io::Result<Option<crate::command::Command>> {
+    pub fn command_at(&self, index: u64) -> io::Result<Option<Command>> {
         Ok(match self.read_entry(index)?.payload {
             openraft::EntryPayload::Normal(cmd) => Some(cmd),
             _ => None,
         })
+    }
+
+    /// A held message ([`crate::held`]) read back from its entry, with the
+    /// time it was stored.
+    pub fn read_held(&self, id: HeldId) -> io::Result<(Message, u64)> {
+        self.with_messages(id.index, |messages| {
+            messages
+                .nth(id.ordinal as usize)
+                .map(|v| (v.to_message(), v.store_timestamp_ms))
+                .ok_or_else(|| invalid(format!("entry {} has no message {}", id.index, id.ordinal)))
+        })
+    }
+
+    /// Every message of entry `index` (held or not, by ordinal), with their
+    /// store times: one decode for all the held messages of an entry.
+    pub fn messages_at(&self, index: u64) -> io::Result<Vec<(Message, u64)>> {
+        self.with_messages(index, |messages| {
+            Ok(messages.map(|v| (v.to_message(), v.store_timestamp_ms)).collect())
+        })
+    }
+
+    /// Runs `f` over the messages of entry `index`, across its batches.
+    fn with_messages<R>(
+        &self,
+        index: u64,
+        f: impl FnOnce(&mut dyn Iterator<Item = &MessageView<'_>>) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let cmd = self
+            .command_at(index)?
+            .ok_or_else(|| invalid(format!("entry {index} holds no messages")))?;
+        let batches = match cmd.decode().map_err(|e| invalid(e.to_string()))? {
+            Decoded::Send(b) | Decoded::GuardedSend(_, b) => b,
+            Decoded::Admin(_) => return Err(invalid(format!("entry {index} holds no messages"))),
+        };
+        f(&mut batches.iter().flat_map(|b| b.messages.iter()).map(|(_, _, v)| v))
     }
 
     fn read_entry(&self, i: u64) -> io::Result<Entry> {

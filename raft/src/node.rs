@@ -13,13 +13,14 @@ use raftmq_store::retention::Clock as _;
 use raftmq_store::{Store, StoreConfig};
 use tokio::sync::watch;
 
+use crate::Raft;
 use crate::command::{Command, Response};
 use crate::error::RaftError;
 use crate::log_store::LogStore;
 use crate::network::NetworkFactory;
 use crate::service::RaftService;
 use crate::state_machine::StateMachine;
-use crate::types::{LogId, NodeAddr, NodeId, Raft};
+use crate::types::{LogId, NodeAddr, NodeId};
 
 /// How long a write waits for leadership to settle after an election.
 pub const SETTLE_WAIT: Duration = Duration::from_secs(2);

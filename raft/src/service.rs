@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::Raft;
 use crate::network::{GROUP_HEADER, TARGET_HEADER};
 use crate::pb::raft_server;
-use crate::types::{Raft, Snapshot, SnapshotMeta};
+use crate::types::{Snapshot, SnapshotMeta};
 use crate::{pb, wire};
 
 /// Largest snapshot accepted from a peer. Snapshots hold metadata only

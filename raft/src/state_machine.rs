@@ -42,8 +42,9 @@ use tokio::sync::watch;
 
 use crate::command::{AdminCommand, BatchOutcome, BatchView, Decoded, Response, TopicConfig};
 use crate::consumption::{self, Consumption, GroupConfig};
+use crate::error::io_err;
 use crate::held::{self, Held, HeldId};
-use crate::log_store::{LogStore, io_err};
+use crate::log_store::LogStore;
 use crate::message::tag_hash;
 use crate::types::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 

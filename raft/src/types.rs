@@ -44,7 +44,6 @@ pub type Membership = openraft::Membership<NodeId, NodeAddr>;
 pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
 /// A snapshot as openraft moves it: metadata and the encoded state.
 pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Vec<u8>>;
-pub type Raft = openraft::Raft<TypeConfig, crate::state_machine::StateMachine>;
 
 /// A log id from its parts.
 pub fn log_id(term: u64, index: u64) -> LogId {

@@ -75,7 +75,8 @@ pub struct Release {
 
 /// Reads a held message from this node's log, with the time it was stored.
 pub fn read_local(node: &RaftNode, id: HeldId) -> Result<(Message, u64), BrokerError> {
-    held::read(&node.log, id)
+    node.log
+        .read_held(id)
         .map_err(|e| BrokerError::Internal(format!("held message {}/{}: {e}", id.index, id.ordinal)))
 }
 
@@ -122,7 +123,10 @@ impl EntryCache {
     /// As [`read_held_copy`].
     pub async fn held_copy(&mut self, broker: &Broker, id: HeldId) -> Result<(Message, u64), BrokerError> {
         if self.entry.as_ref().is_none_or(|(index, _)| *index != id.index) {
-            self.entry = held::read_entry(&broker.node.log, id.index)
+            self.entry = broker
+                .node
+                .log
+                .messages_at(id.index)
                 .ok()
                 .map(|messages| (id.index, messages));
         }
