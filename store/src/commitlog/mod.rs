@@ -18,6 +18,11 @@
 //! it exists; otherwise it writes the kept prefix to a fresh file and renames
 //! it over the old one, leaving old views reading the old, unchanged inode.
 
+mod flush;
+mod recovery;
+
+pub use flush::{FLUSH_BUCKETS_US, FlushLatency};
+
 use std::fs;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
@@ -27,11 +32,10 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::checkpoint::CheckpointFile;
 use crate::config::{FlushMode, StoreConfig};
 use crate::error::{IoContext, Result, StoreError};
-use crate::flush::{DurableCallback, FlushShared};
 use crate::locks::{lock, read_lock, write_lock};
 use crate::mapped_file::{MapOptions, MappedFile, offset_name, sync_dir};
 use crate::record::{self, Decoded, EOS_LEN, HEADER_LEN, RecordMeta};
-use crate::recovery;
+use flush::{DurableCallback, FlushShared};
 
 /// Directory of the segments inside the store directory.
 pub const COMMITLOG_DIR: &str = "commitlog";
@@ -277,7 +281,7 @@ impl CommitLog {
             c.flushed = recovered.end;
             c.dispatched = c.dispatched.min(recovered.end);
         })?;
-        crate::flush::spawn_flusher(&inner)?;
+        flush::spawn_flusher(&inner)?;
         Ok(CommitLog { inner })
     }
 
@@ -311,7 +315,7 @@ impl CommitLog {
     }
 
     /// How long the msync rounds took.
-    pub fn flush_latency(&self) -> &crate::flush::FlushLatency {
+    pub fn flush_latency(&self) -> &flush::FlushLatency {
         self.inner.flush.latency()
     }
 
@@ -573,7 +577,7 @@ impl CommitLog {
         // Make what we keep durable and lower the checkpoint before touching
         // anything: a crash half-way then leaves either the old tail (this
         // truncate was never acknowledged) or the cut one.
-        crate::flush::flush_to_locked(inner, offset)?;
+        flush::flush_to_locked(inner, offset)?;
         inner.checkpoint.update(|c| {
             c.flushed = c.flushed.min(offset);
             c.dispatched = c.dispatched.min(offset);
@@ -772,7 +776,7 @@ impl CommitLog {
             let _w = lock(&self.inner.writer);
             self.inner.written.load(Ordering::Acquire)
         };
-        crate::flush::flush_once(&self.inner)?;
+        flush::flush_once(&self.inner)?;
         self.inner.flush.shutdown();
         self.inner.checkpoint.update(|c| c.flushed = end)?;
         Ok(())
