@@ -38,14 +38,14 @@ pub struct QueueSummary {
 /// Opens a stopped broker's store for reading; `segment_size` defaults to
 /// the one recorded in the store's checkpoint.
 fn open(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Store> {
-    if !dir.join(raftmq_store::commitlog::COMMITLOG_DIR).is_dir() {
+    if !dir.join(raftmq_store::layout::COMMITLOG_DIR).is_dir() {
         anyhow::bail!(
             "{} holds no store (no {}/ directory); pass a broker's data directory",
             dir.display(),
-            raftmq_store::commitlog::COMMITLOG_DIR
+            raftmq_store::layout::COMMITLOG_DIR
         );
     }
-    if dir.join(raftmq_store::store::ABORT_FILE).exists() {
+    if dir.join(raftmq_store::layout::ABORT_FILE).exists() {
         anyhow::bail!(
             "the last stop of the store in {} was a crash; start its broker to recover it \
              (verify reads clean stores only, since recovery here could not repair the Raft log index)",

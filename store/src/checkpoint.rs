@@ -21,6 +21,7 @@
 //! data it describes was msynced. A missing or damaged checkpoint makes
 //! recovery scan the whole log, which is slow but correct.
 
+use crate::layout::CHECKPOINT_FILE;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,8 +36,6 @@ use crate::mapped_file::sync_dir;
 pub const CHECKPOINT_MAGIC: u32 = 0x524D_5143;
 /// Encoded size.
 pub const CHECKPOINT_LEN: usize = 64;
-/// File name inside the store directory.
-pub const CHECKPOINT_FILE: &str = "checkpoint";
 
 /// The values a checkpoint records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,7 +8,7 @@
 //!
 //! # Files
 //!
-//! Index files live in `<root>/index/` ([`DIR_NAME`]), each named by the
+//! Index files live in `<root>/index/` ([`INDEX_DIR`]), each named by the
 //! physical offset of its first entry as 20 decimal digits (`{:020}`). A file
 //! holds at most `index_entries` entries and `index_slots` slots (from the
 //! config). When it is full it is flushed completely, and the next put starts
@@ -91,13 +91,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::error::{IoContext, Result, StoreError};
+use crate::layout::INDEX_DIR;
 use crate::le::{u32_at, u64_at};
 use crate::locks::{lock, read_lock, write_lock};
 use crate::mapped_file::{MapOptions, MappedFile, parse_offset_name, sync_dir};
 use crate::packed::{self, BLOCK_SIZE, UNITS_PER_BLOCK};
 
-/// The directory under the store root that holds the index files.
-pub const DIR_NAME: &str = "index";
 /// The current layout version.
 pub const INDEX_VERSION: u8 = 1;
 /// `"RMI"` in the top three bytes, layout version in the low byte.
@@ -624,7 +623,7 @@ impl KeyIndex {
                 "index_entries {entries} must be between 1 and {MAX_ENTRIES}"
             )));
         }
-        let dir = root.join(DIR_NAME);
+        let dir = root.join(INDEX_DIR);
         fs::create_dir_all(&dir).at(&dir)?;
         let mut names = list_files(&dir)?;
         let mut removed = false;
@@ -794,7 +793,7 @@ mod tests {
     }
 
     fn index_files(root: &Path) -> Vec<u64> {
-        list_files(&root.join(DIR_NAME))
+        list_files(&root.join(INDEX_DIR))
             .unwrap()
             .into_iter()
             .map(|(p, _)| p)

@@ -11,15 +11,14 @@
 //! | `mapped_file`     | a preallocated, memory-mapped file (segments and index files)        |
 //! | `locks`, `le`     | poison-tolerant lock helpers; little-endian field access             |
 //! | `packed`          | sector-packed 20-byte unit arrays (ConsumeQueue, key index)           |
-//! | [`commitlog`]     | the CommitLog: segments, append, zero-copy reads, truncate, purge    |
-//! | `flush`           | the background flusher and group commit                              |
-//! | `recovery`        | the start-up scan that finds the end of valid data                    |
+//! | [`commitlog`]     | the CommitLog: segments, append, zero-copy reads, truncate, purge; its flusher (group commit) and the start-up recovery scan |
 //! | [`checkpoint`]    | the `checkpoint` file: how far data and indexes are known durable    |
 //! | [`consume_queue`] | one queue's index: queue offset -> (physical offset, size, tag hash)  |
 //! | [`queue_table`]   | all ConsumeQueues of a node, by topic and queue id                    |
 //! | [`key_index`]     | hash index from message key to physical offsets                      |
 //! | [`retention`]     | which segments to delete, by age and disk-use watermarks             |
 //! | [`store`]         | [`Store`]: all of the above, the `abort` marker, dispatch, recovery   |
+//! | [`layout`]        | the names of a node's directories and files, and where they sit      |
 //! | [`config`]        | typed configuration with defaults and validation                    |
 //! | [`error`]         | [`StoreError`]                                                        |
 //!
@@ -37,15 +36,7 @@
 //!          first torn record ──► cut indexes back to the dispatch checkpoint
 //! ```
 //!
-//! # On-disk layout of one node
-//!
-//! ```text
-//! <dir>/commitlog/<20-digit start offset>       segments (record::*)
-//! <dir>/consumequeue/<topic>/<queue>/<20-digit first queue offset>
-//! <dir>/index/<20-digit first physical offset>  key index files
-//! <dir>/checkpoint                              checkpoint::*
-//! <dir>/abort                                   present while the store is open
-//! ```
+//! The on-disk layout of one node is in [`layout`].
 
 pub mod checkpoint;
 pub mod commitlog;
@@ -53,6 +44,7 @@ pub mod config;
 pub mod consume_queue;
 pub mod error;
 pub mod key_index;
+pub mod layout;
 mod le;
 mod locks;
 mod mapped_file;

@@ -14,11 +14,10 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::consume_queue::ConsumeQueue;
 use crate::error::{IoContext, Result, StoreError};
+use crate::layout::CONSUME_QUEUE_DIR;
 use crate::locks::{read_lock, write_lock};
 use crate::mapped_file::{MapOptions, sync_dir};
 
-/// Directory under the store root holding all queues.
-pub const CONSUME_QUEUE_DIR: &str = "consumequeue";
 /// Longest topic name (RocketMQ's limit).
 pub const MAX_TOPIC_LEN: usize = 127;
 

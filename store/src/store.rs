@@ -23,16 +23,11 @@ use crate::config::StoreConfig;
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::error::{IoContext, Result, StoreError};
 use crate::key_index::KeyIndex;
+use crate::layout::{ABORT_FILE, LOCK_FILE};
 use crate::locks::lock;
 use crate::mapped_file::{MapOptions, sync_dir};
 use crate::queue_table::QueueTable;
 use crate::retention::{self, Clock, DiskProbe, RetentionPlan};
-
-/// Name of the marker file that exists while a store is open.
-pub const ABORT_FILE: &str = "abort";
-/// Name of the file a process holds an exclusive `flock` on while it has the
-/// store open, so two processes can never open one store.
-pub const LOCK_FILE: &str = "lock";
 
 /// One message to index, as the caller decoded it from an applied record.
 #[derive(Debug, Clone)]

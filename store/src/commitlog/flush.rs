@@ -11,15 +11,29 @@
 //! `io` serializes msync with truncate, purge and reset, so the flushed mark
 //! can never be raised past a cut made while an msync was in flight.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::commitlog::Inner;
+use super::Segment;
+use crate::checkpoint::CheckpointFile;
 use crate::config::FlushMode;
 use crate::error::{Result, StoreError};
 use crate::locks::lock;
+
+/// What the flusher needs of a log: its flush state, the segments over a
+/// range, how far it is written, and its checkpoint. The CommitLog's shared
+/// state implements it, so the flusher never reaches into the log's types.
+pub(crate) trait FlushTarget: Send + Sync + 'static {
+    fn flush_state(&self) -> &Arc<FlushShared>;
+    /// The segments overlapping `[from, to)`.
+    fn segments_in(&self, from: u64, to: u64) -> Vec<Arc<Segment>>;
+    /// End of the last complete record.
+    fn written(&self) -> u64;
+    fn checkpoint(&self) -> &CheckpointFile;
+}
 
 /// Told once the data below the offset it was registered for is durable.
 pub type DurableCallback = Box<dyn FnOnce(Result<()>) + Send>;
@@ -274,18 +288,13 @@ impl FlushShared {
 
 /// Msyncs `[flushed, target)` with `io` held by the caller, and advances the
 /// flushed mark (never past `target`).
-pub(crate) fn flush_to_locked(inner: &Inner, target: u64) -> Result<()> {
-    let shared = &inner.flush;
+pub(crate) fn flush_to_locked(log: &impl FlushTarget, target: u64) -> Result<()> {
+    let shared = log.flush_state();
     let from = shared.flushed();
     if target <= from {
         return Ok(());
     }
-    let segs: Vec<_> = inner
-        .segs()
-        .iter()
-        .filter(|s| s.end() > from && s.start < target)
-        .cloned()
-        .collect();
+    let segs = log.segments_in(from, target);
     let mut result = Ok(());
     let started = Instant::now();
     for s in &segs {
@@ -306,34 +315,46 @@ pub(crate) fn flush_to_locked(inner: &Inner, target: u64) -> Result<()> {
 }
 
 /// One flush of everything written so far.
-pub(crate) fn flush_once(inner: &Inner) -> Result<()> {
+pub(crate) fn flush_once(log: &impl FlushTarget) -> Result<()> {
+    let shared = log.flush_state();
     let result = {
-        let _io = inner.flush.io_lock();
-        let target = inner.written.load(Ordering::Acquire);
-        flush_to_locked(inner, target)
+        let _io = shared.io_lock();
+        flush_to_locked(log, log.written())
     };
-    inner.flush.fire_ready();
+    shared.fire_ready();
     result
 }
 
-pub(crate) fn spawn_flusher(inner: &Arc<Inner>) -> Result<()> {
-    let weak: Weak<Inner> = Arc::downgrade(inner);
-    let shared = inner.flush.clone();
-    let mode = inner.cfg.flush_mode;
-    let interval = inner.cfg.flush_interval();
-    let checkpoint_every = inner.cfg.checkpoint_interval();
+/// Starts the flusher thread of `log`; it ends when the log is dropped or
+/// shut down. `dir` names the log in errors.
+pub(crate) fn spawn_flusher<T: FlushTarget>(
+    log: &Arc<T>,
+    mode: FlushMode,
+    interval: Duration,
+    checkpoint_every: Duration,
+    dir: &Path,
+) -> Result<()> {
+    let weak: Weak<T> = Arc::downgrade(log);
+    let shared = log.flush_state().clone();
+    let thread_shared = shared.clone();
     let handle = std::thread::Builder::new()
         .name("raftmq-flush".into())
-        .spawn(move || run(weak, shared, mode, interval, checkpoint_every))
+        .spawn(move || run(weak, thread_shared, mode, interval, checkpoint_every))
         .map_err(|source| StoreError::Io {
-            path: inner.dir.clone(),
+            path: dir.to_path_buf(),
             source,
         })?;
-    *lock(&inner.flush.thread) = Some(handle);
+    *lock(&shared.thread) = Some(handle);
     Ok(())
 }
 
-fn run(weak: Weak<Inner>, shared: Arc<FlushShared>, mode: FlushMode, interval: Duration, checkpoint_every: Duration) {
+fn run<T: FlushTarget>(
+    weak: Weak<T>,
+    shared: Arc<FlushShared>,
+    mode: FlushMode,
+    interval: Duration,
+    checkpoint_every: Duration,
+) {
     let mut last_checkpoint = Instant::now();
     loop {
         {
@@ -365,8 +386,8 @@ fn run(weak: Weak<Inner>, shared: Arc<FlushShared>, mode: FlushMode, interval: D
             }
             st.idle = false;
         }
-        let Some(inner) = weak.upgrade() else { return };
-        if let Err(e) = flush_once(&inner) {
+        let Some(log) = weak.upgrade() else { return };
+        if let Err(e) = flush_once(&*log) {
             // After a failed msync Linux may already have marked the dirty
             // pages clean, so a retry could "succeed" over lost data: stop.
             tracing::error!(error = %e, "commitlog flush failed; the log refuses further writes until reopened");
@@ -377,10 +398,10 @@ fn run(weak: Weak<Inner>, shared: Arc<FlushShared>, mode: FlushMode, interval: D
         if last_checkpoint.elapsed() >= checkpoint_every {
             // Under `io`, so a concurrent truncate cannot lower the
             // checkpoint between our read of `flushed` and the write.
-            let _io = inner.flush.io_lock();
-            let flushed = inner.flush.flushed();
-            if inner.checkpoint.get().flushed < flushed
-                && let Err(e) = inner.checkpoint.update(|c| c.flushed = flushed)
+            let _io = shared.io_lock();
+            let flushed = shared.flushed();
+            if log.checkpoint().get().flushed < flushed
+                && let Err(e) = log.checkpoint().update(|c| c.flushed = flushed)
             {
                 tracing::error!(error = %e, "checkpoint write failed");
             }

@@ -20,8 +20,10 @@
 
 mod flush;
 mod recovery;
+mod segment;
 
 pub use flush::{FLUSH_BUCKETS_US, FlushLatency};
+pub(crate) use segment::Segment;
 
 use std::fs;
 use std::ops::Deref;
@@ -32,26 +34,11 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::checkpoint::CheckpointFile;
 use crate::config::{FlushMode, StoreConfig};
 use crate::error::{IoContext, Result, StoreError};
+use crate::layout::COMMITLOG_DIR;
 use crate::locks::{lock, read_lock, write_lock};
 use crate::mapped_file::{MapOptions, MappedFile, offset_name, sync_dir};
 use crate::record::{self, Decoded, EOS_LEN, HEADER_LEN, RecordMeta};
-use flush::{DurableCallback, FlushShared};
-
-/// Directory of the segments inside the store directory.
-pub const COMMITLOG_DIR: &str = "commitlog";
-
-/// One segment file.
-#[derive(Debug)]
-pub(crate) struct Segment {
-    pub start: u64,
-    pub file: MappedFile,
-}
-
-impl Segment {
-    pub fn end(&self) -> u64 {
-        self.start + self.file.len()
-    }
-}
+use flush::{DurableCallback, FlushShared, FlushTarget};
 
 /// A record to append.
 #[derive(Debug, Clone, Copy)]
@@ -227,6 +214,25 @@ impl Inner {
     }
 }
 
+impl FlushTarget for Inner {
+    fn flush_state(&self) -> &Arc<FlushShared> {
+        &self.flush
+    }
+    fn segments_in(&self, from: u64, to: u64) -> Vec<Arc<Segment>> {
+        self.segs()
+            .iter()
+            .filter(|s| s.end() > from && s.start < to)
+            .cloned()
+            .collect()
+    }
+    fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+    fn checkpoint(&self) -> &CheckpointFile {
+        &self.checkpoint
+    }
+}
+
 impl CommitLog {
     /// Opens the CommitLog under `root` (the store directory), creating it if
     /// needed. `crashed` says the last stop was not clean (the `abort` marker
@@ -281,7 +287,13 @@ impl CommitLog {
             c.flushed = recovered.end;
             c.dispatched = c.dispatched.min(recovered.end);
         })?;
-        flush::spawn_flusher(&inner)?;
+        flush::spawn_flusher(
+            &inner,
+            inner.cfg.flush_mode,
+            inner.cfg.flush_interval(),
+            inner.cfg.checkpoint_interval(),
+            &inner.dir,
+        )?;
         Ok(CommitLog { inner })
     }
 
@@ -776,7 +788,7 @@ impl CommitLog {
             let _w = lock(&self.inner.writer);
             self.inner.written.load(Ordering::Acquire)
         };
-        flush::flush_once(&self.inner)?;
+        flush::flush_once(&*self.inner)?;
         self.inner.flush.shutdown();
         self.inner.checkpoint.update(|c| c.flushed = end)?;
         Ok(())

@@ -19,10 +19,11 @@ use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::Segment;
 use crate::checkpoint::Checkpoint;
-use crate::commitlog::Segment;
 use crate::config::StoreConfig;
 use crate::error::{IoContext, Result, StoreError};
+use crate::layout::ABORT_FILE;
 use crate::mapped_file::{MapOptions, MappedFile, offset_name, parse_offset_name, sync_dir};
 use crate::record::{self, Decoded};
 
@@ -153,7 +154,7 @@ pub(crate) fn recover(
                     // (a disk fault, a hand edit), not a torn write. Cutting
                     // here could drop records this node acknowledged, so a
                     // human decides.
-                    let marker = dir.parent().unwrap_or(dir).join(crate::store::ABORT_FILE);
+                    let marker = dir.parent().unwrap_or(dir).join(ABORT_FILE);
                     return Err(StoreError::corrupt(
                         seg.file.path(),
                         p - seg.start,
