@@ -21,12 +21,13 @@
 mod flush;
 mod recovery;
 mod segment;
+mod view;
 
 pub use flush::{FLUSH_BUCKETS_US, FlushLatency};
 pub(crate) use segment::Segment;
+pub use view::{LogSlice, RecordRef};
 
 use std::fs;
-use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -55,75 +56,6 @@ pub struct Appended {
     /// The log's end after the batch: pass it to [`CommitLog::wait_durable`]
     /// or [`CommitLog::on_durable`].
     pub end: u64,
-}
-
-/// A zero-copy view of bytes in the log. Cheap to clone; keeps its segment
-/// mapped while alive.
-#[derive(Clone)]
-pub struct LogSlice {
-    seg: Arc<Segment>,
-    pos: u64,
-    len: u64,
-}
-
-impl LogSlice {
-    /// Physical offset of the first byte.
-    pub fn offset(&self) -> u64 {
-        self.seg.start + self.pos
-    }
-}
-
-impl Deref for LogSlice {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: the range was checked against the segment when the view was
-        // made, lies below the published write mark, and is never written
-        // while this view (which holds the segment's Arc) exists; see the
-        // module docs. `slice` cannot fail for a range checked at creation.
-        unsafe { self.seg.file.slice(self.pos, self.len) }.unwrap_or(&[])
-    }
-}
-
-impl std::fmt::Debug for LogSlice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LogSlice({}..{})", self.offset(), self.offset() + self.len)
-    }
-}
-
-/// A record read from the log, verified (length, magic, CRC) when read.
-#[derive(Clone, Debug)]
-pub struct RecordRef {
-    bytes: LogSlice,
-    meta: RecordMeta,
-    crc: u32,
-}
-
-impl RecordRef {
-    pub fn offset(&self) -> u64 {
-        self.bytes.offset()
-    }
-    /// Offset of the byte after this record.
-    pub fn end(&self) -> u64 {
-        self.offset() + self.bytes.len() as u64
-    }
-    pub fn meta(&self) -> RecordMeta {
-        self.meta
-    }
-    pub fn crc(&self) -> u32 {
-        self.crc
-    }
-    /// The whole encoded record, header included.
-    pub fn encoded(&self) -> &[u8] {
-        &self.bytes
-    }
-    pub fn payload(&self) -> &[u8] {
-        &self.bytes[HEADER_LEN..]
-    }
-    /// Physical offset of the first payload byte (ConsumeQueue units point
-    /// inside payloads).
-    pub fn payload_offset(&self) -> u64 {
-        self.offset() + HEADER_LEN as u64
-    }
 }
 
 /// State only the writer touches.
