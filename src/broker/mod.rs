@@ -1,7 +1,22 @@
-//! The broker core of one node: send (to the leader's batcher, or forwarded
-//! to the leader), read (from this node's applied state), topics, status and
-//! membership. Served over gRPC by [`crate::grpc::raftmq`]; the RocketMQ
-//! protocol will call the same core.
+//! The broker core at one node, with no gRPC service in it: [`Broker`]
+//! sends (through the leader's batcher), reads applied state, changes
+//! topics, groups and offsets through Raft. The services in [`crate::grpc`]
+//! are its transports.
+//!
+//! | module             | what it holds                                                |
+//! |--------------------|--------------------------------------------------------------|
+//! | [`batcher`]        | group commit: concurrent sends packed into one Raft entry     |
+//! | [`pop`]            | pop consumption at the leader: receive, long polling, ack, DLQ |
+//! | [`receipt`]        | receipt handles                                              |
+//! | [`progress`]       | consumer groups' offsets, lag and in-flight counts per queue |
+//! | [`held`]           | timed and transactional messages: stored, then released      |
+//! | [`internal_topic`] | topics the broker creates for itself (dead-letter, system)   |
+//! | [`read`]           | reads of applied state: a queue, by id, key or store time    |
+//! | [`status`]         | the node's own view of its group                             |
+//! | [`clients`]        | the v2 clients a node knows (heartbeats, Telemetry streams)  |
+//! | [`registration`]   | heartbeats to every NameServer, unregister on stop           |
+//! | [`metrics`]        | Prometheus metrics of a broker node                          |
+//! | [`config`]         | the broker's TOML configuration                              |
 
 pub mod batcher;
 pub mod clients;

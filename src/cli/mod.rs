@@ -1,4 +1,17 @@
-//! The `raftmq` command line.
+//! The `raftmq` command line: the clap tree and its dispatch here, one file
+//! per command family below. Commands talk to a cluster only through its
+//! public protocols (the NameServers, `raftmq.v1`, `apache.rocketmq.v2`).
+//!
+//! | module      | commands                                                        |
+//! |-------------|-----------------------------------------------------------------|
+//! | [`dev`]     | `raftmq dev`: a NameServer and a three-node group, one command   |
+//! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
+//! | [`bench`]   | `raftmq bench produce|consume|e2e`, with plots                  |
+//! | [`admin`]   | `raftmq cluster ...`, `raftmq topic ...` via the NameServers     |
+//! | [`group`]   | `raftmq group ...`: consumer groups, progress, offset resets    |
+//! | [`message`] | `raftmq message get|find|range`                                 |
+//! | [`node`]    | `raftmq node status|put-topic|send|read` on one node            |
+//! | [`inspect`] | `raftmq store verify`: a store opened offline                   |
 
 pub mod admin;
 pub mod bench;

@@ -1,6 +1,7 @@
 //! A small client of the RocketMQ 5 protocol (`apache.rocketmq.v2`), for
 //! Rust programs and for raftmq's own CLI (`raftmq produce`, `consume`,
-//! `bench`). It speaks the same protocol the official clients do, so it
+//! `bench`), with how raftmq opens channels ([`channel`]) and caches routes
+//! from the NameServers ([`route_cache`]). It speaks the same protocol the official clients do, so it
 //! works against any raftmq node (followers forward to the leader).
 //!
 //! ```no_run

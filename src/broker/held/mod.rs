@@ -1,7 +1,7 @@
 //! Held messages at the leader: storing timed and half messages in their
 //! system topics, and releasing them into their real topics. The replicated
-//! state and its rules are in [`raftmq_raft::held`]; [`crate::broker::held::timers`] and
-//! [`crate::broker::held::transactions`] decide when to release.
+//! state and its rules are in [`raftmq_raft::held`]; [`timers`] and
+//! [`transactions`] decide when to release.
 
 pub mod timers;
 pub mod transactions;

@@ -13,8 +13,8 @@
 //! checked yet.
 //!
 //! One file per client role; this file binds each RPC to it:
-//! [`producer`], [`consumer`] (pop), [`offsets`] (pull and offsets),
-//! [`route`], [`session`] (heartbeat, Telemetry); [`service`] holds what
+//! `producer`, `consumer` (pop), `offsets` (pull and offsets),
+//! [`route`], `session` (heartbeat, Telemetry); `service` holds what
 //! they share and [`settings`] what a Telemetry stream answers.
 
 mod consumer;
