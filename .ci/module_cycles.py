@@ -8,6 +8,8 @@ code that names B: `crate::..`, `super::..`, `self::..`, or a child module by
 its bare name. `mod x;` declarations are not edges, and the crate root (the
 module map) has no outgoing edges; a `pub use` in a module is an edge of that
 module, and a path through a re-export is an edge to where the item lives.
+Test code (`#[cfg(test)]` modules, inline or in files of their own) is left
+out: a test may use whatever it tests.
 
 Usage: module_cycles.py CRATE_SRC_DIR...   (prints the module graph's cycles)
 """
@@ -59,6 +61,19 @@ def strip_comments_and_strings(text):
     return "".join(out)
 
 
+def drop_test_blocks(code):
+    """Removes `#[cfg(test)] mod x { .. }` blocks (braces matched)."""
+    while True:
+        m = re.search(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+" + IDENT + r"\s*\{", code)
+        if not m:
+            return code
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            i += 1
+        code = code[:m.start()] + code[i:]
+
+
 def expand_use(tree):
     """`a::{b, c::{d, e}}` -> ["a::b", "a::c::d", "a::c::e"]."""
     tree = re.sub(r"\s+", "", tree)
@@ -96,12 +111,17 @@ class Crate:
                     continue
                 rel = os.path.relpath(os.path.join(root, name), src)
                 parts = rel[:-3].split(os.sep)
-                if parts == ["main"]:
-                    continue  # the binary is a crate of its own
-                if parts[-1] in ("mod", "lib"):
+                if parts == ["main"] and os.path.exists(os.path.join(src, "lib.rs")):
+                    continue  # beside a library, the binary is a crate of its own
+                if parts[-1] == "mod" or parts in (["lib"], ["main"]):
                     parts = parts[:-1]
                 self.files[tuple(parts)] = os.path.join(root, name)
         self.code = {m: strip_comments_and_strings(open(f).read()) for m, f in self.files.items()}
+        for m in list(self.code):
+            for child in re.findall(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;", self.code.get(m, "")):
+                self.files.pop(m + (child,), None)
+                self.code.pop(m + (child,), None)
+        self.code = {m: drop_test_blocks(c) for m, c in self.code.items() if m in self.files}
         self.reexports = {m: self.pub_uses(m) for m in self.files}
 
     def pub_uses(self, mod):

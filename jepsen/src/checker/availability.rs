@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{CheckResult, FAULT_TAIL_NS, Facts, FaultStat, Latency, Stats, ms};
+use super::facts::{FAULT_TAIL_NS, Facts, ms};
+use super::report::{CheckResult, FaultStat, Latency, Stats};
 use crate::history::{Call, NemesisAction, OpType};
 
 pub(super) fn availability(f: &Facts) -> (CheckResult, Stats) {

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::{Attempt, CheckResult, Facts, MAX_REMEMBERED, Sink, Source};
+use super::facts::{Attempt, Facts, MAX_REMEMBERED, Sink, Source};
+use super::report::CheckResult;
 
 pub(super) fn duplicates(f: &Facts) -> CheckResult {
     // Distinct (key, offset) positions each value was read at, with the

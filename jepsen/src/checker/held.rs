@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{
-    Attempt, CheckResult, Drains, End, Facts, HeldKind, HeldStats, MAX_OPS_PER_ANOMALY, MAX_REMEMBERED, NO_ID, Sink,
-    Source, ms, send_positions,
+use super::facts::{
+    Attempt, Drains, End, Facts, HeldKind, MAX_OPS_PER_ANOMALY, MAX_REMEMBERED, NO_ID, Sink, Source, ms, send_positions,
 };
+use super::report::{CheckResult, HeldStats};
 use crate::history::{Call, OpType, Resolution, check_back_answer};
 
 pub(super) fn held_messages(f: &Facts, d: &Drains) -> (CheckResult, HeldStats) {

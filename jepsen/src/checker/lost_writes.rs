@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use super::{CheckResult, Drains, Facts, MAX_OPS_PER_ANOMALY, NO_ID, Sink, Source, send_positions};
+use super::facts::{Drains, Facts, MAX_OPS_PER_ANOMALY, NO_ID, Sink, Source, send_positions};
+use super::report::CheckResult;
 use crate::history::{Call, OpType};
 
 pub(super) fn no_lost_writes(f: &Facts, d: &Drains) -> CheckResult {

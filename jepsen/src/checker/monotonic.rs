@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::{CheckResult, Facts, Sink};
+use super::facts::{Facts, Sink};
+use super::report::CheckResult;
 use crate::history::{Call, OpType, Process};
 
 pub(super) fn monotonic_consumers(f: &Facts) -> CheckResult {

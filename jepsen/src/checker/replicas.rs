@@ -4,7 +4,8 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::{CheckResult, MAX_ANOMALIES_PER_KIND, Sink, ms};
+use super::facts::{Sink, ms};
+use super::report::{CheckResult, MAX_ANOMALIES_PER_KIND};
 use crate::observations::{CommitSample, ReplicaLog};
 
 pub(super) fn replicas(replicas: &[ReplicaLog], commits: &[CommitSample]) -> CheckResult {

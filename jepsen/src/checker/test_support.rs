@@ -1,6 +1,7 @@
 //! History builders and assertions shared by the checks' tests.
 
-use super::{Anomaly, CheckResult, Inputs, Results, check, summary};
+use super::check;
+use super::report::{Anomaly, CheckResult, Inputs, Results, summary};
 use crate::history::{CHECK_PROCESS, Call, NEMESIS, NemesisAction, Op, OpType, Process, Resolution, SETTLE_PROCESS};
 use crate::observations::{CommitSample, LogRecord, ReplicaLog};
 

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::fmt::Write as _;
 
-use super::{CheckResult, Facts, MAX_REMEMBERED, Sink};
+use super::facts::{Facts, MAX_REMEMBERED, Sink};
+use super::report::CheckResult;
 
 pub(super) fn unique_offsets(f: &Facts) -> CheckResult {
     struct Slot {
