@@ -23,31 +23,26 @@ use crate::error::BrokerError;
 /// Marks a request a follower forwarded to the leader.
 pub const FORWARDED: &str = "x-raftmq-forwarded";
 
-/// Where [`on_leader`] leaves a request.
-pub enum OnLeader<Req, Resp> {
-    /// This node leads: run the request here.
-    Here(Req),
-    /// The leader ran it; its answer.
-    Answered(Resp),
-}
-
-/// Hands the request back when this node leads, or forwards it to the
-/// leader with `forward` (given a channel to the leader's client port).
+/// Runs `local` when this node leads, or forwards the request to the leader
+/// with `forward` (given a channel to the leader's client port).
 /// When the known leader cannot be reached (it died and the group has not
 /// noticed yet), waits for the next one and forwards there, within
 /// [`FORWARD_WAIT`]: the client never has to retry elsewhere. A request that
 /// was already forwarded once is not forwarded again: two nodes with stale
 /// views of the leader must not bounce it. The forwarded copy keeps the
 /// client's metadata and what is left of its deadline.
-pub async fn on_leader<Req, Resp, F, Fut>(
+pub async fn on_leader<Req, Resp, L, LF, F, FF>(
     broker: &Broker,
     request: Request<Req>,
+    local: L,
     forward: F,
-) -> Result<OnLeader<Req, Resp>, BrokerError>
+) -> Result<Resp, BrokerError>
 where
     Req: Clone,
-    F: Fn(Channel, Request<Req>) -> Fut,
-    Fut: Future<Output = Result<Resp, Status>>,
+    L: FnOnce(Req) -> LF,
+    LF: Future<Output = Result<Resp, BrokerError>>,
+    F: Fn(Channel, Request<Req>) -> FF,
+    FF: Future<Output = Result<Resp, Status>>,
 {
     let forwarded = request.metadata().contains_key(FORWARDED);
     let timeout = grpc_timeout(request.metadata());
@@ -56,7 +51,7 @@ where
     let deadline = started + FORWARD_WAIT;
     loop {
         let Some(channel) = broker.leader_channel().await? else {
-            return Ok(OnLeader::Here(req));
+            return local(req).await;
         };
         if forwarded {
             return Err(BrokerError::Unavailable(
@@ -70,7 +65,7 @@ where
             fwd.set_timeout(t.saturating_sub(started.elapsed()).max(Duration::from_millis(1)));
         }
         match forward(channel, fwd).await {
-            Ok(r) => return Ok(OnLeader::Answered(r)),
+            Ok(r) => return Ok(r),
             Err(s) if not_delivered(&s) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

@@ -15,7 +15,7 @@ use crate::broker::Broker;
 use crate::broker::read::StoredMessage;
 use crate::broker::status::NodeStatus;
 use crate::error::BrokerError;
-use crate::grpc::{self, OnLeader};
+use crate::grpc;
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
 use crate::proto::pb::broker_server;
@@ -51,10 +51,7 @@ impl BrokerService {
             let call = forward(v1_client(channel), r);
             async move { call.await.map(Response::into_inner) }
         };
-        match grpc::on_leader(&self.broker, request, forward).await? {
-            OnLeader::Here(req) => Ok(local(req).await?),
-            OnLeader::Answered(r) => Ok(r),
-        }
+        Ok(grpc::on_leader(&self.broker, request, local, forward).await?)
     }
 }
 

@@ -20,7 +20,7 @@ use crate::broker::pop::{self, MAX_INVISIBLE};
 use crate::broker::receipt;
 use crate::client::route_cache::RouteCache;
 use crate::error::BrokerError;
-use crate::grpc::{self, OnLeader};
+use crate::grpc;
 use crate::proto::rocketmq::v2;
 use crate::proto::rocketmq::v2::Code;
 use crate::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
@@ -78,11 +78,10 @@ impl MessagingService {
         F: Fn(MessagingServiceClient<Channel>, Request<Req>) -> FF,
         FF: Future<Output = Result<Resp, Status>>,
     {
-        let forward = |channel, r| forward(leader_client(channel), r);
-        match grpc::on_leader(&self.broker, request, forward).await? {
-            OnLeader::Here(req) => local(req).await,
-            OnLeader::Answered(r) => Ok(r),
-        }
+        grpc::on_leader(&self.broker, request, local, |channel, r| {
+            forward(leader_client(channel), r)
+        })
+        .await
     }
 }
 
