@@ -2,9 +2,13 @@
 //! gRPC calls to the peer's `raftmq.v1.Raft` service.
 //!
 //! One lazily connected channel per peer address is shared by all of
-//! openraft's clients for that peer; tonic reconnects it on failure and
-//! openraft backs off between attempts (`Config::backoff`). Replication
-//! and heartbeats use the bidirectional `Append` stream.
+//! openraft's clients for that peer; tonic reconnects it on failure.
+//! Replication and heartbeats use the bidirectional `Append` stream.
+//!
+//! A peer that cannot be reached is retried with a growing delay
+//! ([`reconnect_delay`]): openraft's own backoff only paces the requests of
+//! an open stream, so without this a dead peer's replication task would
+//! reopen its stream (and log a warning) as fast as the connect fails.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +34,21 @@ use crate::{pb, wire};
 pub const MAX_MESSAGE_SIZE: usize = 256 << 20;
 /// Snapshot data is sent in chunks of this size.
 pub const SNAPSHOT_CHUNK: usize = 1 << 20;
+/// First and longest wait before reopening the stream to a peer that could
+/// not be reached: short enough that a restarted peer is caught up within
+/// about a second, long enough that a dead one costs nothing.
+pub const RECONNECT_MIN: Duration = Duration::from_millis(50);
+pub const RECONNECT_MAX: Duration = Duration::from_secs(1);
+
+/// The wait before the next attempt after `failures` failed ones in a row:
+/// doubling from [`RECONNECT_MIN`] up to [`RECONNECT_MAX`], none after a
+/// success.
+pub fn reconnect_delay(failures: u32) -> Duration {
+    match failures {
+        0 => Duration::ZERO,
+        n => RECONNECT_MIN.saturating_mul(1u32 << (n - 1).min(16)).min(RECONNECT_MAX),
+    }
+}
 
 /// Makes openraft's per-peer clients.
 #[derive(Clone)]
@@ -72,6 +91,9 @@ pub struct Connection {
     group: Arc<str>,
     target: NodeId,
     client: Result<RaftClient<Channel>, String>,
+    /// Attempts in a row to open the append stream that found the peer
+    /// unreachable.
+    failures: u32,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -88,6 +110,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             group: self.group.clone(),
             target,
             client,
+            failures: 0,
         }
     }
 }
@@ -140,14 +163,27 @@ impl Connection {
     {
         let mut client = self.client()?;
         let target = self.target;
+        tokio::time::sleep(reconnect_delay(self.failures)).await;
         let requests = input.map(|r| wire::append_to_pb(&r));
-        let response = tokio::time::timeout(
+        let opened = tokio::time::timeout(
             option.soft_ttl().max(Duration::from_millis(200)),
             client.append(self.addressed(requests)),
         )
         .await
-        .map_err(|_| network(format!("node {target}: opening the append stream timed out")))?
-        .map_err(|s| from_status(target, s))?;
+        .map_err(|_| network(format!("node {target}: opening the append stream timed out")))
+        .and_then(|r| r.map_err(|s| from_status(target, s)));
+        let response = match opened {
+            Ok(r) => {
+                self.failures = 0;
+                r
+            }
+            Err(e) => {
+                if matches!(e, RPCError::Unreachable(_)) || self.failures > 0 {
+                    self.failures = self.failures.saturating_add(1);
+                }
+                return Err(e);
+            }
+        };
         Ok(response.into_inner().map(move |r| match r {
             Ok(pb) => wire::append_result_from_pb(pb).map_err(|e| network(format!("node {target}: {e}"))),
             Err(s) => Err(from_status(target, s)),
@@ -266,5 +302,20 @@ impl RaftNetworkV2<TypeConfig> for Connection {
                 reply.error
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_delays_double_up_to_the_cap_and_reset() {
+        assert_eq!(reconnect_delay(0), Duration::ZERO);
+        assert_eq!(reconnect_delay(1), RECONNECT_MIN);
+        assert_eq!(reconnect_delay(2), RECONNECT_MIN * 2);
+        assert_eq!(reconnect_delay(5), RECONNECT_MIN * 16);
+        assert_eq!(reconnect_delay(6), RECONNECT_MAX);
+        assert_eq!(reconnect_delay(u32::MAX), RECONNECT_MAX);
     }
 }

@@ -321,6 +321,21 @@ impl RaftNode {
                 leader: leader.map(|l| l.1),
             });
         }
+        // openraft starts a transfer to any id (the leader stops
+        // heartbeating and an election follows), so a refused one must be
+        // refused before anything happens.
+        let voters: Vec<NodeId> = {
+            let m = self.raft.metrics().borrow_watched().clone();
+            m.membership_config.membership().voter_ids().collect()
+        };
+        if !voters.contains(&to) {
+            return Err(RaftError::Invalid(format!(
+                "node {to} is not a voter of this group (voters: {voters:?})"
+            )));
+        }
+        if to == self.id {
+            return Ok(());
+        }
         self.raft
             .trigger()
             .transfer_leader(to)
