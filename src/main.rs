@@ -20,7 +20,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    raftmq::cli::init_tracing(&cli);
+    raftmq::cli::logging::init(cli.log_format);
     match raftmq::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

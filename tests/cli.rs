@@ -30,7 +30,7 @@ async fn admin_commands_against_a_real_cluster() {
         ns.addr
     );
     let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
-    let leader = cluster.leader().await;
+    cluster.leader().await;
     let n = ns.addr.as_str();
     let access: Vec<String> = cluster.nodes.iter().map(|n| n.client_addr.clone()).collect();
     let access = access.join(";");
@@ -41,7 +41,7 @@ async fn admin_commands_against_a_real_cluster() {
         "create",
         "--namesrv",
         n,
-        "--name",
+        "--group",
         "Orders",
         "--fifo",
         "--max-attempts",
@@ -54,22 +54,75 @@ async fn admin_commands_against_a_real_cluster() {
             .any(|l| l.contains("Orders") && l.contains("FIFO") && l.contains('5')),
         "{out}"
     );
-    ok(&[
+    let out = ok(&[
         "group",
         "update",
         "--namesrv",
         n,
-        "--name",
+        "--group",
         "Orders",
         "--max-attempts",
         "7",
     ]);
+    assert!(
+        out.contains("FIFO, at most 5 deliveries -> FIFO, at most 7 deliveries"),
+        "an update says what changed: {out}"
+    );
     let out = ok(&["group", "list", "--namesrv", n]);
+    // Only what was given changed: still FIFO.
     assert!(
         out.lines()
-            .any(|l| l.contains("Orders") && l.contains("concurrent") && l.contains('7')),
+            .any(|l| l.contains("Orders") && l.contains("FIFO") && l.contains('7')),
         "{out}"
     );
+    let (done, _, err) = raftmq_cli(&[
+        "group",
+        "update",
+        "--namesrv",
+        n,
+        "--group",
+        "NoSuchGroup",
+        "--fifo",
+        "true",
+    ]);
+    assert!(!done && err.contains("no such consumer group: NoSuchGroup"), "{err}");
+
+    // A topic update changes only what it is given, and says what it did;
+    // creating a topic that exists is refused.
+    ok(&[
+        "topic",
+        "create",
+        "--namesrv",
+        n,
+        "--topic",
+        "Upd",
+        "--queues",
+        "4",
+        "--message-type",
+        "DELAY",
+    ]);
+    let out = ok(&["topic", "update", "--namesrv", n, "--topic", "Upd", "--perm", "4"]);
+    assert!(
+        out.contains("perm 6 -> 4") && out.contains("queues 4") && out.contains("message type DELAY"),
+        "{out}"
+    );
+    let (done, _, err) = raftmq_cli(&["topic", "create", "--namesrv", n, "--topic", "Upd"]);
+    assert!(
+        !done && err.contains("exists in group test") && err.contains("topic update"),
+        "{err}"
+    );
+    let (done, _, err) = raftmq_cli(&[
+        "topic",
+        "update",
+        "--namesrv",
+        n,
+        "--topic",
+        "NoSuchTopic",
+        "--perm",
+        "6",
+    ]);
+    assert!(!done && err.contains("no such topic: NoSuchTopic"), "{err}");
+
     // A topic update reaches the NameServer's routes with the next heartbeat.
     ok(&["topic", "update", "--namesrv", n, "--topic", "Cli", "--queues", "3"]);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -116,7 +169,7 @@ async fn admin_commands_against_a_real_cluster() {
         "20s",
     ]);
     assert_eq!(out.lines().count(), 2, "{out}");
-    let out = ok(&["group", "progress", "--namesrv", n, "--name", "Readers", "--json"]);
+    let out = ok(&["group", "progress", "--namesrv", n, "--group", "Readers", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let lag: u64 = v["queues"]
         .as_array()
@@ -131,14 +184,14 @@ async fn admin_commands_against_a_real_cluster() {
         "reset-offset",
         "--namesrv",
         n,
-        "--name",
+        "--group",
         "Readers",
         "--topic",
         "Cli",
         "--to-timestamp",
         "0",
     ]);
-    let out = ok(&["group", "progress", "--namesrv", n, "--name", "Readers"]);
+    let out = ok(&["group", "progress", "--namesrv", n, "--group", "Readers"]);
     assert!(out.contains("total lag: 6"), "{out}");
 
     // Queries by id and by key.
@@ -148,6 +201,48 @@ async fn admin_commands_against_a_real_cluster() {
     assert_eq!(out.lines().filter(|l| l.contains("order-7")).count(), 6, "{out}");
     let (found, _, err) = raftmq_cli(&["message", "get", "--namesrv", n, "--topic", "Cli", "--id", "nope"]);
     assert!(!found && err.contains("no such message"), "{err}");
+    // Typos are errors, not empty answers.
+    let (found, _, err) = raftmq_cli(&[
+        "message",
+        "find",
+        "--namesrv",
+        n,
+        "--topic",
+        "NoSuchTopic",
+        "--key",
+        "k",
+    ]);
+    assert!(!found && err.contains("no such topic: NoSuchTopic"), "{err}");
+    let (done, _, err) = raftmq_cli(&["group", "progress", "--namesrv", n, "--group", "NoSuchGroup"]);
+    assert!(!done && err.contains("no such consumer group: NoSuchGroup"), "{err}");
+    let (done, _, err) = raftmq_cli(&[
+        "group",
+        "reset-offset",
+        "--namesrv",
+        n,
+        "--group",
+        "Readers",
+        "--topic",
+        "NoSuchTopic",
+        "--to-timestamp",
+        "0",
+    ]);
+    assert!(!done && err.contains("no such topic: NoSuchTopic"), "{err}");
+    // Errors say what was reached: a NameServer is not a broker, a broker
+    // is not a NameServer, and nothing listening is said plainly.
+    let (done, _, err) = raftmq_cli(&["produce", "--endpoint", n, "--topic", "Cli"]);
+    assert!(!done && err.contains("not as a raftmq broker's client port"), "{err}");
+    let broker = cluster.node(1).client_addr.clone();
+    let (done, _, err) = raftmq_cli(&["cluster", "status", "--namesrv", &broker]);
+    assert!(!done && err.contains("not as a NameServer"), "{err}");
+    let (done, _, err) = raftmq_cli(&["node", "status", "--endpoint", "127.0.0.1:1"]);
+    assert!(
+        !done && err.contains("refused") && !err.contains("tcp connect error: tcp connect error"),
+        "{err}"
+    );
+    // Both separators work for address lists.
+    let out = ok(&["cluster", "status", "--namesrv", &format!("127.0.0.1:1;{n}")]);
+    assert!(out.contains("leader node"), "{out}");
     // By store time: the last hour holds all 6 (with their queues and
     // offsets); the future holds none.
     let out = ok(&["message", "range", "--namesrv", n, "--topic", "Cli", "--begin", "1h"]);
@@ -257,6 +352,57 @@ async fn admin_commands_against_a_real_cluster() {
         v["ok"].as_u64().unwrap() > 0 && v["p50_ms"].as_f64().unwrap() > 0.0,
         "{out}"
     );
+    // e2e counts only the messages it sent itself, not a backlog left on
+    // the topic by others.
+    ok(&["topic", "create", "--namesrv", n, "--topic", "E2e", "--queues", "1"]);
+    ok(&["produce", "--endpoint", &access, "--topic", "E2e", "--count", "40"]);
+    let out = ok(&[
+        "bench",
+        "e2e",
+        "--endpoint",
+        &access,
+        "--topic",
+        "E2e",
+        "--group",
+        "E2eReaders",
+        "--count",
+        "10",
+        "--concurrency",
+        "1",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["ok"].as_u64(), Some(10), "{out}");
+
+    // A refused leadership transfer changes nothing: same leader, same term.
+    let leader = cluster.leader().await;
+    let before = cluster.status(leader, false).await.unwrap();
+    let (done, _, err) = raftmq_cli(&[
+        "cluster",
+        "transfer-leader",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--to",
+        "9",
+    ]);
+    assert!(!done && err.contains("has no node 9"), "{err}");
+    let refused = cluster
+        .client(leader)
+        .await
+        .transfer_leader(raftmq::proto::pb::TransferLeaderToRequest { node_id: 9 })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+    // Several election timeouts (150-300 ms): an election would have happened.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = cluster.status(leader, false).await.unwrap();
+    assert_eq!(
+        (after.role.as_str(), after.term),
+        ("leader", before.term),
+        "a refused transfer moved the leader"
+    );
 
     // Membership: move leadership, take a node out and put it back.
     let to = (1..=3).find(|i| *i != leader).unwrap();
@@ -318,7 +464,7 @@ fn bad_arguments_get_one_line_and_a_non_zero_exit() {
         vec!["produce", "--topic", "T", "--count", "many"],
         vec!["consume", "--topic", "T", "--group", "G", "--timeout", "5 days"],
         vec!["bogus"],
-        vec!["group", "reset-offset", "--name", "G", "--topic", "T"],
+        vec!["group", "reset-offset", "--group", "G", "--topic", "T"],
         vec!["cluster", "transfer-leader", "--broker", "b", "--to", "x"],
         vec!["bench", "produce", "--count", "5", "--duration", "5s"],
     ] {

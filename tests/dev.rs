@@ -1,6 +1,7 @@
 //! `raftmq dev` as a newcomer uses it: start it, wait for `dev.json`,
-//! produce and consume with the CLI, crash the leader, keep producing, and
-//! stop everything with SIGINT.
+//! produce and consume with the CLI, try a second `raftmq dev` on the same
+//! directory, crash the leader (dev says how to start it again), keep
+//! producing, and stop everything with SIGINT.
 
 mod common;
 
@@ -19,13 +20,14 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
     let dir = tempfile::tempdir().unwrap();
     // A base port unlikely to collide with other tests' random ports.
     let base = 20_000 + (std::process::id() % 20_000) as u16;
+    let dev_err = dir.path().join("dev.stderr");
     let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
         .args(["dev", "--dir"])
         .arg(dir.path())
         .args(["--base-port", &base.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&dev_err).unwrap())
         .spawn()
         .unwrap();
     let info_path = dir.path().join("dev.json");
@@ -44,6 +46,18 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
         .collect();
     let access = access.join(";");
     let pids: Vec<u32> = nodes.iter().map(|n| n["pid"].as_u64().unwrap() as u32).collect();
+    assert!(pids.iter().all(|p| alive(*p)));
+
+    // A second `raftmq dev` on the same directory is refused at once, names
+    // the one that holds it, and leaves the running cluster alone.
+    let dir_arg = dir.path().to_str().unwrap();
+    let (ok, _, err) = raftmq_cli(&["dev", "--dir", dir_arg, "--base-port", &base.to_string()]);
+    assert!(!ok, "a second dev on the same directory started");
+    assert!(
+        err.contains("in use by another raftmq dev") && err.contains(&format!("pid {}", dev.id())),
+        "{err}"
+    );
+    assert!(info_path.exists(), "the running cluster's dev.json is kept");
     assert!(pids.iter().all(|p| alive(*p)));
 
     let (ok, out, err) = raftmq_cli(&["produce", "--endpoint", &access, "--topic", "TestTopic", "--count", "5"]);
@@ -104,6 +118,20 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
     let (ok, out, err) = raftmq_cli(&["produce", "--endpoint", &access, "--topic", "TestTopic", "--count", "3"]);
     assert!(ok, "produce after the crash: {err}");
     assert_eq!(out.lines().filter(|l| l.starts_with("sent ")).count(), 3, "{out}");
+    // dev noticed, and says how to start the node again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let said = std::fs::read_to_string(&dev_err).unwrap_or_default();
+        if said.contains(&format!("(pid {leader_pid}) exited")) {
+            assert!(
+                said.contains("to start it again") && said.contains("broker --config"),
+                "{said}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "dev did not report the crash: {said}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // SIGINT stops everything; nothing is left behind.
     // SAFETY: as above.

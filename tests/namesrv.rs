@@ -220,7 +220,11 @@ async fn the_admin_cli_works_through_the_nameserver() {
         "commit_index",
         "applied_index",
         "pid",
-        "last_heartbeat_ms",
+        "reachable",
+        "reported_role",
+        "last_heartbeat_at_ms",
+        "last_heartbeat_age_ms",
+        "is_group_leader",
     ] {
         assert!(nodes[0].get(key).is_some(), "missing {key}");
     }

@@ -170,7 +170,7 @@ async fn producer_simple_fifo_and_push_consumers() {
         "--message-type",
         "FIFO",
     ]);
-    env.admin(&["group", "create", "--name", "Fifo", "--fifo"]);
+    env.admin(&["group", "create", "--group", "Fifo", "--fifo"]);
     // A follower alone as the access point: everything it cannot do itself
     // it forwards to the leader.
     let leader = env.cluster.leader().await;

@@ -241,6 +241,8 @@ async fn create_topic(cluster: &Mutex<Cluster>, namesrv: &str, topic: &str, mess
             ]);
         match out {
             Ok(_) => return Ok(()),
+            // An earlier attempt created it, though its answer was lost.
+            Err(e) if e.to_string().contains("exists in group") => return Ok(()),
             Err(e) if Instant::now() > deadline => return Err(e.context(format!("creating topic {topic}"))),
             Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
         }

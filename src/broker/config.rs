@@ -2,7 +2,7 @@
 //! [`BrokerConfig::validate`]. Unknown keys are rejected with their name.
 //!
 //! ```toml
-//! group = "g1"
+//! broker = "g1"               # the broker group
 //! node_id = 1
 //! data_dir = "data/n1"
 //! client_listen = "127.0.0.1:8081"
@@ -30,7 +30,9 @@ use crate::config::{ConfigError, read_toml};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
-    /// Name of the broker group (one Raft group).
+    /// Name of the broker group (one Raft group): `broker` in the file, as
+    /// the CLI's `--broker` (`group`, its earlier name, is still read).
+    #[serde(rename = "broker", alias = "group")]
     pub group: String,
     pub node_id: u64,
     pub data_dir: PathBuf,
@@ -266,7 +268,7 @@ impl BrokerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.group.is_empty() {
-            return bad("group must not be empty".into());
+            return bad("broker (the broker group's name) must not be empty".into());
         }
         for (what, addr) in [
             ("client_listen", &self.client_listen),

@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Subcommand;
 use raftmq_raft::command::TopicMessageType;
-use serde::Serialize;
 use tonic::transport::Channel;
 
 use crate::proto::pb;
@@ -27,6 +26,7 @@ pub enum ClusterCommand {
     },
     /// Make another node of a broker group its leader.
     TransferLeader {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
         /// The broker group.
@@ -38,10 +38,13 @@ pub enum ClusterCommand {
     },
     /// Add a node to a broker group (start it first, without bootstrap).
     AddNode {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
+        /// The broker group.
         #[arg(long)]
         broker: String,
+        /// The node id within the broker group.
         #[arg(long)]
         node_id: u64,
         /// The new node's Raft address (host:port).
@@ -53,10 +56,13 @@ pub enum ClusterCommand {
     },
     /// Remove a node from a broker group.
     RemoveNode {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
+        /// The broker group.
         #[arg(long)]
         broker: String,
+        /// The node id within the broker group.
         #[arg(long)]
         node_id: u64,
     },
@@ -64,14 +70,18 @@ pub enum ClusterCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum TopicCommand {
-    /// Create a topic in every group (or one, with --group).
+    /// Create a topic in every broker group (or one, with --broker); refused
+    /// where it exists already.
     Create(TopicArgs),
-    /// Change a topic's queue count or permission.
-    Update(TopicArgs),
+    /// Change a topic's queue count, permission or message type: only what
+    /// is given changes.
+    Update(TopicUpdateArgs),
     /// Delete a topic and its queues.
     Delete {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
+        /// The topic.
         #[arg(long)]
         topic: String,
         /// Only this broker group.
@@ -80,15 +90,19 @@ pub enum TopicCommand {
     },
     /// List the topics the NameServer knows.
     List {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
     },
     /// Show a topic's route: groups, queues, nodes and leaders.
     Route {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
+        /// The topic.
         #[arg(long)]
         topic: String,
+        /// Print JSON for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -96,6 +110,7 @@ pub enum TopicCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct TopicArgs {
+    /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
     #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
     namesrv: String,
     /// Topic name: letters, digits, '%', '|', '_' and '-', at most 127 characters.
@@ -115,6 +130,60 @@ pub struct TopicArgs {
     broker: Option<String>,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct TopicUpdateArgs {
+    /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+    #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+    namesrv: String,
+    /// The topic to change.
+    #[arg(long)]
+    topic: String,
+    /// New read and write queue count (unchanged if not given).
+    #[arg(long)]
+    queues: Option<u32>,
+    /// New permission: 2 = write, 4 = read, 6 = both (unchanged if not given).
+    #[arg(long)]
+    perm: Option<u32>,
+    /// New message type: NORMAL, FIFO, DELAY, TRANSACTION or MIXED
+    /// (unchanged if not given).
+    #[arg(long)]
+    message_type: Option<String>,
+    /// Only this broker group.
+    #[arg(long)]
+    broker: Option<String>,
+}
+
+fn check_message_type(t: &str) -> anyhow::Result<()> {
+    if TopicMessageType::parse(t).is_none() {
+        bail!("--message-type {t}: expected NORMAL, FIFO, DELAY, TRANSACTION or MIXED");
+    }
+    Ok(())
+}
+
+/// The topic's config in a group, read from its leader; `None` if it has
+/// no such topic.
+async fn current_topic(addr: &str, topic: &str) -> anyhow::Result<Option<pb::TopicInfo>> {
+    match BrokerClient::new(channel(addr)?)
+        .get_topic(pb::GetTopicRequest {
+            name: topic.to_string(),
+        })
+        .await
+    {
+        Ok(t) => Ok(Some(t.into_inner())),
+        Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+        Err(s) => Err(anyhow::anyhow!("{}", s.message())),
+    }
+}
+
+fn describe_topic(t: &pb::TopicInfo) -> String {
+    format!(
+        "{} queues, perm {}, {} messages",
+        t.write_queues.max(t.read_queues),
+        t.perm,
+        t.message_type
+    )
+}
+
 pub(crate) fn channel(addr: &str) -> anyhow::Result<Channel> {
     Ok(crate::client::channel::endpoint(addr, Duration::from_secs(3))
         .map_err(anyhow::Error::msg)?
@@ -129,36 +198,19 @@ where
     Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
     let mut last = None;
-    for addr in namesrv.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+    for addr in namesrv.split([',', ';']).map(str::trim).filter(|a| !a.is_empty()) {
         match call(NameServerClient::new(channel(addr)?)).await {
             Ok(r) => return Ok(r.into_inner()),
             Err(s) if matches!(s.code(), tonic::Code::NotFound | tonic::Code::InvalidArgument) => {
                 bail!("{}", s.message())
             }
-            Err(s) => last = Some(format!("{addr}: {}", s.message())),
+            Err(s) => last = Some(crate::client::channel::explain(addr, &s, "a NameServer")),
         }
     }
     bail!(
-        "no NameServer answered ({}); is one running and is --namesrv right?",
-        last.unwrap_or_else(|| "none given".into())
+        "no NameServer answered: {}",
+        last.unwrap_or_else(|| "--namesrv names none".into())
     )
-}
-
-#[derive(Serialize)]
-struct NodeJson {
-    cluster: String,
-    group: String,
-    node_id: u64,
-    role: String,
-    term: u64,
-    client_addr: String,
-    raft_addr: String,
-    commit_index: u64,
-    applied_index: u64,
-    pid: u32,
-    last_heartbeat_ms: u64,
-    /// The group's leader by the NameServer's judgement (highest term claim).
-    is_group_leader: bool,
 }
 
 /// A `raftmq.v1.Broker` client for a broker group (any node; followers
@@ -176,12 +228,7 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
     let (namesrv, json) = match cmd {
         ClusterCommand::Status { namesrv, json } => (namesrv, json),
         ClusterCommand::TransferLeader { namesrv, broker, to } => {
-            broker_client(&namesrv, &broker)
-                .await?
-                .transfer_leader(pb::TransferLeaderToRequest { node_id: to })
-                .await
-                .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
-            // The call starts the transfer; wait for the node to take over.
+            // Checked before anything moves: a refused transfer changes nothing.
             let info = ask(&namesrv, |mut c| async move {
                 c.get_cluster_info(pb::ClusterInfoRequest {}).await
             })
@@ -192,6 +239,12 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
                 .find(|n| n.group == broker && n.node_id == to)
                 .map(|n| n.client_addr.clone())
                 .ok_or_else(|| anyhow::anyhow!("broker group {broker} has no node {to}"))?;
+            broker_client(&namesrv, &broker)
+                .await?
+                .transfer_leader(pb::TransferLeaderToRequest { node_id: to })
+                .await
+                .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            // The call starts the transfer; wait for the node to take over.
             let mut node = BrokerClient::new(channel(&addr)?);
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             loop {
@@ -241,65 +294,7 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let info = ask(&namesrv, |mut c| async move {
-        c.get_cluster_info(pb::ClusterInfoRequest {}).await
-    })
-    .await?;
-    if json {
-        let nodes: Vec<NodeJson> = info
-            .nodes
-            .into_iter()
-            .map(|n| NodeJson {
-                cluster: n.cluster,
-                group: n.group,
-                node_id: n.node_id,
-                role: n.role,
-                term: n.term,
-                client_addr: n.client_addr,
-                raft_addr: n.raft_addr,
-                commit_index: n.commit_index,
-                applied_index: n.applied_index,
-                pid: n.pid,
-                is_group_leader: n.is_group_leader,
-                last_heartbeat_ms: n.last_heartbeat_ms,
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "nodes": nodes }))?
-        );
-        return Ok(());
-    }
-    if info.nodes.is_empty() {
-        println!("no broker has registered");
-    }
-    println!(
-        "{:<14} {:<10} {:>4} {:<9} {:>5} {:<21} {:<21} {:>9} {:>9} {:>8} {:>8}",
-        "cluster", "group", "node", "role", "term", "client", "raft", "commit", "applied", "pid", "hb age"
-    );
-    for n in info.nodes {
-        println!(
-            "{:<14} {:<10} {:>4} {:<9} {:>5} {:<21} {:<21} {:>9} {:>9} {:>8} {:>7.1}s",
-            n.cluster,
-            n.group,
-            n.node_id,
-            // A dead or cut-off old leader keeps its claim until it expires;
-            // the NameServer routes to the highest-term claim only.
-            if n.role == "leader" && !n.is_group_leader {
-                "stale-ldr".to_string()
-            } else {
-                n.role.clone()
-            },
-            n.term,
-            n.client_addr,
-            n.raft_addr,
-            n.commit_index,
-            n.applied_index,
-            n.pid,
-            n.last_heartbeat_ms as f64 / 1000.0
-        );
-    }
-    Ok(())
+    super::status::run(&namesrv, json).await
 }
 
 /// The client address of each group's leader (or any node: followers
@@ -329,15 +324,24 @@ pub(crate) async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow
 
 pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
     match cmd {
-        TopicCommand::Create(a) | TopicCommand::Update(a) => {
+        TopicCommand::Create(a) => {
             raftmq_store::queue_table::validate_topic(&a.topic)?;
-            if TopicMessageType::parse(&a.message_type).is_none() {
-                anyhow::bail!(
-                    "--message-type {}: expected NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
-                    a.message_type
-                );
+            check_message_type(&a.message_type)?;
+            let groups = group_endpoints(&a.namesrv, a.broker.as_deref()).await?;
+            // Refused before anything changes, in every group.
+            for (group, addr) in &groups {
+                if let Some(t) = current_topic(addr, &a.topic)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("group {group}: {e}"))?
+                {
+                    bail!(
+                        "topic {} exists in group {group} ({}); change it with `raftmq topic update`",
+                        a.topic,
+                        describe_topic(&t)
+                    );
+                }
             }
-            for (group, addr) in group_endpoints(&a.namesrv, a.broker.as_deref()).await? {
+            for (group, addr) in groups {
                 BrokerClient::new(channel(&addr)?)
                     .put_topic(pb::PutTopicRequest {
                         name: a.topic.clone(),
@@ -355,6 +359,47 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
                     a.perm,
                     a.message_type.to_ascii_uppercase()
                 );
+            }
+        }
+        TopicCommand::Update(a) => {
+            raftmq_store::queue_table::validate_topic(&a.topic)?;
+            if let Some(t) = &a.message_type {
+                check_message_type(t)?;
+            }
+            if a.queues.is_none() && a.perm.is_none() && a.message_type.is_none() {
+                bail!("nothing to change: give --queues, --perm or --message-type");
+            }
+            let groups = group_endpoints(&a.namesrv, a.broker.as_deref()).await?;
+            let mut current = Vec::new();
+            for (group, addr) in groups {
+                let t = current_topic(&addr, &a.topic)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("group {group}: {e}"))?
+                    .ok_or_else(|| anyhow::anyhow!("no such topic: {} in group {group}", a.topic))?;
+                current.push((group, addr, t));
+            }
+            for (group, addr, old) in current {
+                let mut new = old.clone();
+                if let Some(q) = a.queues {
+                    (new.read_queues, new.write_queues) = (q, q);
+                }
+                if let Some(p) = a.perm {
+                    new.perm = p;
+                }
+                if let Some(t) = &a.message_type {
+                    new.message_type = t.to_ascii_uppercase();
+                }
+                BrokerClient::new(channel(&addr)?)
+                    .put_topic(pb::PutTopicRequest {
+                        name: new.name.clone(),
+                        read_queues: new.read_queues,
+                        write_queues: new.write_queues,
+                        perm: new.perm,
+                        message_type: new.message_type.clone(),
+                    })
+                    .await
+                    .map_err(|s| anyhow::anyhow!("group {group}: {}", s.message()))?;
+                println!("topic {} in group {group}: {}", a.topic, topic_changes(&old, &new));
             }
         }
         TopicCommand::Delete { namesrv, topic, broker } => {
@@ -430,4 +475,32 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What an update changed, and what it left: "perm 6 -> 4 (8 queues,
+/// DELAY messages)".
+fn topic_changes(old: &pb::TopicInfo, new: &pb::TopicInfo) -> String {
+    let mut changed = Vec::new();
+    let mut kept = Vec::new();
+    let (oq, nq) = (
+        old.write_queues.max(old.read_queues),
+        new.write_queues.max(new.read_queues),
+    );
+    let fields = [
+        ("queues", oq.to_string(), nq.to_string()),
+        ("perm", old.perm.to_string(), new.perm.to_string()),
+        ("message type", old.message_type.clone(), new.message_type.clone()),
+    ];
+    for (name, o, n) in fields {
+        if o == n {
+            kept.push(format!("{name} {n}"));
+        } else {
+            changed.push(format!("{name} {o} -> {n}"));
+        }
+    }
+    match (changed.is_empty(), kept.is_empty()) {
+        (true, _) => format!("unchanged ({})", kept.join(", ")),
+        (false, true) => changed.join(", "),
+        (false, false) => format!("{} (unchanged: {})", changed.join(", "), kept.join(", ")),
+    }
 }

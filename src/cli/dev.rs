@@ -103,7 +103,7 @@ fn write_configs(dir: &Path, l: &Layout) -> anyhow::Result<()> {
         std::fs::write(
             dir.join(format!("node{id}.toml")),
             format!(
-                "# Written by `raftmq dev` (rewritten on every start).\ngroup = \"dev\"\nnode_id = {id}\n\
+                "# Written by `raftmq dev` (rewritten on every start).\nbroker = \"dev\"\nnode_id = {id}\n\
                  data_dir = \"{}\"\nclient_listen = \"{c}\"\nraft_listen = \"{r}\"\nbootstrap = {}\n\
                  namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{m}\"\n\n{peers}[store]\nsegment_size = 67108864\n",
                 dir.join(format!("node{id}")).display(),
@@ -115,8 +115,53 @@ fn write_configs(dir: &Path, l: &Layout) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Holds `DIR/dev.lock` (an exclusive flock, with the holder's pid in it)
+/// for as long as this `raftmq dev` runs, so a second one on the same
+/// directory is refused before it touches anything.
+struct DirLock(#[allow(dead_code)] std::fs::File);
+
+fn lock_dir(dir: &Path) -> anyhow::Result<DirLock> {
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("dev.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        let holder = holder.trim();
+        bail!(
+            "{} is in use by another raftmq dev{}; stop it first (Ctrl-C there), or use another --dir",
+            dir.display(),
+            if holder.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {holder})")
+            }
+        );
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(DirLock(file))
+}
+
+/// A child process and the command line that started it.
+struct Proc {
+    name: String,
+    child: Child,
+    command: String,
+}
+
 /// The child processes, stopped (SIGTERM, then SIGKILL) when dropped.
-struct Children(Vec<(String, Child)>);
+struct Children(Vec<Proc>);
 
 impl Children {
     fn spawn(&mut self, name: &str, dir: &Path, args: &[&str]) -> anyhow::Result<u32> {
@@ -125,7 +170,7 @@ impl Children {
             .create(true)
             .append(true)
             .open(dir.join(format!("{name}.log")))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(&exe);
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
         // Its own process group: Ctrl-C in the terminal reaches only `dev`,
         // which stops the nodes in order.
@@ -141,27 +186,47 @@ impl Children {
         }
         let child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
         let pid = child.id();
-        self.0.push((name.to_string(), child));
+        let command = format!(
+            "{} {} 2>>{}",
+            exe.display(),
+            args.join(" "),
+            dir.join(format!("{name}.log")).display()
+        );
+        self.0.push(Proc {
+            name: name.to_string(),
+            child,
+            command,
+        });
         Ok(pid)
     }
 
-    /// Reports children that exited by themselves (a node killed by hand).
-    fn reap(&mut self) {
-        for (name, c) in &mut self.0 {
-            if let Ok(Some(status)) = c.try_wait() {
-                eprintln!("{name} (pid {}) exited: {status}", c.id());
+    /// Reports children that exited by themselves (a node killed by hand),
+    /// with the command that starts one again.
+    fn reap(&mut self) -> Vec<String> {
+        let mut gone = Vec::new();
+        self.0.retain_mut(|c| match c.child.try_wait() {
+            Ok(Some(status)) => {
+                gone.push(c.name.clone());
+                eprintln!(
+                    "{} (pid {}) exited: {status}; to start it again (its data is kept):\n  {} &",
+                    c.name,
+                    c.child.id(),
+                    c.command
+                );
+                false
             }
-        }
-        self.0.retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+            _ => true,
+        });
+        gone
     }
 
     fn stop(&mut self) {
-        for (_, c) in &self.0 {
+        for c in &self.0 {
             // SAFETY: plain syscall on a child we own.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            unsafe { libc::kill(c.child.id() as i32, libc::SIGTERM) };
         }
         let deadline = Instant::now() + Duration::from_secs(15);
-        for (name, c) in &mut self.0 {
+        for Proc { name, child: c, .. } in &mut self.0 {
             loop {
                 match c.try_wait() {
                     Ok(Some(_)) | Err(_) => break,
@@ -185,6 +250,19 @@ impl Drop for Children {
     }
 }
 
+/// The last line of a log that reads like an error (or its last line): why
+/// a process exited, in a form that fits a message.
+fn last_error_line(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.contains("error") || l.contains("ERROR"))
+        .or(lines.last())
+        .map_or("it wrote no log".to_string(), |l| l.trim().to_string())
+}
+
 async fn leader_of(l: &Layout) -> Option<String> {
     for (_, c, _, _) in &l.nodes {
         let Ok(ep) = crate::client::channel::endpoint(c, Duration::from_millis(300)) else {
@@ -204,6 +282,7 @@ async fn leader_of(l: &Layout) -> Option<String> {
 
 pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     let l = layout(&a)?;
+    let _lock = lock_dir(&a.dir)?;
     write_configs(&a.dir, &l)?;
     let dir = a.dir.canonicalize()?;
     let info_path = dir.join("dev.json");
@@ -234,9 +313,13 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             _ = term.recv() => return Ok(()),
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
-        children.reap();
-        if children.0.len() < l.nodes.len() + 1 {
-            bail!("a process exited during start-up; see the logs in {}", dir.display());
+        if let Some(name) = children.reap().first() {
+            let log = dir.join(format!("{name}.log"));
+            bail!(
+                "{name} exited during start-up: {}\n(its log: {})",
+                last_error_line(&log),
+                log.display()
+            );
         }
         if let Some(addr) = leader_of(&l).await {
             break addr;
@@ -316,7 +399,9 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => children.reap(),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                children.reap();
+            }
         }
     }
     eprintln!("stopping...");

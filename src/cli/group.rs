@@ -14,21 +14,23 @@ use crate::proto::pb::broker_client::BrokerClient;
 pub enum GroupCommand {
     /// Create a consumer group in every broker group (or one, with --broker).
     Create(GroupArgs),
-    /// Change a consumer group's settings.
-    Update(GroupArgs),
+    /// Change a consumer group's settings: only what is given changes.
+    Update(GroupUpdateArgs),
     /// List the consumer groups.
     List {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
     },
     /// A consumer group's position in each queue: broker offset, consumer
     /// offset, lag, and messages in flight.
     Progress {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
         /// The consumer group.
         #[arg(long)]
-        name: String,
+        group: String,
         /// Print JSON for scripts.
         #[arg(long)]
         json: bool,
@@ -36,10 +38,13 @@ pub enum GroupCommand {
     /// Move a consumer group, in every queue of a topic, to the first message
     /// stored at or after a time; what is in flight is dropped.
     ResetOffset {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
+        /// The consumer group.
         #[arg(long)]
-        name: String,
+        group: String,
+        /// The topic whose queues move.
         #[arg(long)]
         topic: String,
         /// Milliseconds since the epoch (0: the beginning), or an age like 10m
@@ -51,22 +56,54 @@ pub enum GroupCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct GroupArgs {
+    /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
     #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
     namesrv: String,
     /// Consumer group name: letters, digits, '%', '|', '_' and '-'.
     #[arg(long)]
-    name: String,
+    group: String,
     /// Deliver each queue in order: a queue's next message only after the
     /// previous one is acknowledged (FIFO consumption).
     #[arg(long)]
     fifo: bool,
-    /// Deliveries before a message moves to %DLQ%<name> (default: the
-    /// broker's max_delivery_attempts, 16).
+    /// Deliveries before a message moves to %DLQ%<group>; 0 (the default)
+    /// means the broker's max_delivery_attempts (16).
     #[arg(long, default_value_t = 0)]
     max_attempts: u32,
     /// Only this broker group.
     #[arg(long)]
     broker: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GroupUpdateArgs {
+    /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+    #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+    namesrv: String,
+    /// The consumer group to change.
+    #[arg(long)]
+    group: String,
+    /// FIFO consumption on (true) or off (false); unchanged if not given.
+    #[arg(long)]
+    fifo: Option<bool>,
+    /// Deliveries before a message moves to %DLQ%<group>; 0 means the
+    /// broker's max_delivery_attempts (16). Unchanged if not given.
+    #[arg(long)]
+    max_attempts: Option<u32>,
+    /// Only this broker group.
+    #[arg(long)]
+    broker: Option<String>,
+}
+
+fn describe_group(fifo: bool, max_attempts: u32) -> String {
+    format!(
+        "{}, {}",
+        if fifo { "FIFO" } else { "concurrent" },
+        match max_attempts {
+            0 => "the broker's default of deliveries".to_string(),
+            n => format!("at most {n} deliveries"),
+        }
+    )
 }
 
 /// A time flag: milliseconds since the epoch (0: the beginning), or an age
@@ -97,12 +134,57 @@ fn progress_header() {
 
 pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
     match cmd {
-        GroupCommand::Create(a) | GroupCommand::Update(a) => {
-            crate::broker::pop::validate_group(&a.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+        GroupCommand::Update(a) => {
+            crate::broker::pop::validate_group(&a.group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
+            if a.fifo.is_none() && a.max_attempts.is_none() {
+                anyhow::bail!("nothing to change: give --fifo true|false or --max-attempts");
+            }
+            let mut current = Vec::new();
+            for (broker, addr) in group_endpoints(&a.namesrv, a.broker.as_deref()).await? {
+                let old = match BrokerClient::new(channel(&addr)?)
+                    .get_consumer_group(pb::GetConsumerGroupRequest { name: a.group.clone() })
+                    .await
+                {
+                    Ok(g) => g.into_inner(),
+                    Err(s) if s.code() == tonic::Code::NotFound => {
+                        anyhow::bail!("no such consumer group: {} in broker group {broker}", a.group)
+                    }
+                    Err(s) => anyhow::bail!("broker group {broker}: {}", s.message()),
+                };
+                current.push((broker, addr, old));
+            }
+            for (broker, addr, old) in current {
+                let fifo = a.fifo.unwrap_or(old.fifo);
+                let max = a.max_attempts.unwrap_or(old.max_delivery_attempts);
+                BrokerClient::new(channel(&addr)?)
+                    .put_consumer_group(pb::PutConsumerGroupRequest {
+                        name: a.group.clone(),
+                        fifo,
+                        max_delivery_attempts: max,
+                    })
+                    .await
+                    .map_err(|s| anyhow::anyhow!("broker group {broker}: {}", s.message()))?;
+                let before = describe_group(old.fifo, old.max_delivery_attempts);
+                let after = describe_group(fifo, max);
+                if before == after {
+                    println!(
+                        "consumer group {} in broker group {broker}: unchanged ({after})",
+                        a.group
+                    );
+                } else {
+                    println!(
+                        "consumer group {} in broker group {broker}: {before} -> {after}",
+                        a.group
+                    );
+                }
+            }
+        }
+        GroupCommand::Create(a) => {
+            crate::broker::pop::validate_group(&a.group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
             for (broker, addr) in group_endpoints(&a.namesrv, a.broker.as_deref()).await? {
                 BrokerClient::new(channel(&addr)?)
                     .put_consumer_group(pb::PutConsumerGroupRequest {
-                        name: a.name.clone(),
+                        name: a.group.clone(),
                         fifo: a.fifo,
                         max_delivery_attempts: a.max_attempts,
                     })
@@ -110,7 +192,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
                     .map_err(|s| anyhow::anyhow!("broker group {broker}: {}", s.message()))?;
                 println!(
                     "consumer group {} in broker group {broker}: {}{}",
-                    a.name,
+                    a.group,
                     if a.fifo { "FIFO" } else { "concurrent" },
                     if a.max_attempts > 0 {
                         format!(", at most {} deliveries", a.max_attempts)
@@ -142,12 +224,28 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
                 }
             }
         }
-        GroupCommand::Progress { namesrv, name, json } => {
-            crate::broker::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+        GroupCommand::Progress { namesrv, group, json } => {
+            crate::broker::pop::validate_group(&group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
+            let brokers = group_endpoints(&namesrv, None).await?;
+            // A typo is an error, not an empty table.
+            let mut known = false;
+            for (broker, addr) in &brokers {
+                match BrokerClient::new(channel(addr)?)
+                    .get_consumer_group(pb::GetConsumerGroupRequest { name: group.clone() })
+                    .await
+                {
+                    Ok(_) => known = true,
+                    Err(s) if s.code() == tonic::Code::NotFound => {}
+                    Err(s) => anyhow::bail!("broker group {broker}: {}", s.message()),
+                }
+            }
+            if !known {
+                anyhow::bail!("no such consumer group: {group}");
+            }
             let mut all = Vec::new();
-            for (broker, addr) in group_endpoints(&namesrv, None).await? {
+            for (broker, addr) in brokers {
                 let p = BrokerClient::new(channel(&addr)?)
-                    .group_progress(pb::GroupProgressRequest { group: name.clone() })
+                    .group_progress(pb::GroupProgressRequest { group: group.clone() })
                     .await
                     .map_err(|s| anyhow::anyhow!("broker group {broker}: {}", s.message()))?
                     .into_inner();
@@ -168,7 +266,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
                     .collect();
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({ "group": name, "queues": queues }))?
+                    serde_json::to_string_pretty(&serde_json::json!({ "group": group, "queues": queues }))?
                 );
             } else {
                 progress_header();
@@ -181,27 +279,35 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
         }
         GroupCommand::ResetOffset {
             namesrv,
-            name,
+            group,
             topic,
             to_timestamp,
         } => {
-            crate::broker::pop::validate_group(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            crate::broker::pop::validate_group(&group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
+            raftmq_store::queue_table::validate_topic(&topic).map_err(|e| anyhow::anyhow!("--topic: {e}"))?;
             let ts = timestamp_of("--to-timestamp", &to_timestamp)?;
-            progress_header();
+            let mut rows = Vec::new();
             for (broker, addr) in group_endpoints(&namesrv, None).await? {
                 let p = BrokerClient::new(channel(&addr)?)
                     .reset_offset(pb::ResetOffsetRequest {
-                        group: name.clone(),
+                        group: group.clone(),
                         topic: topic.clone(),
                         timestamp_ms: ts,
                     })
                     .await;
                 match p {
-                    Ok(p) => print_progress(&broker, p.get_ref()),
+                    Ok(p) => rows.push((broker, p.into_inner())),
                     // A broker group without the topic has nothing to reset.
                     Err(s) if s.code() == tonic::Code::NotFound => {}
                     Err(s) => anyhow::bail!("broker group {broker}: {}", s.message()),
                 }
+            }
+            if rows.is_empty() {
+                anyhow::bail!("no such topic: {topic}");
+            }
+            progress_header();
+            for (broker, p) in &rows {
+                print_progress(broker, p);
             }
         }
     }

@@ -6,6 +6,7 @@
 use clap::Subcommand;
 
 use crate::cli::admin::{channel, group_endpoints};
+use crate::cli::display::local_time;
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
 
@@ -13,8 +14,10 @@ use crate::proto::pb::broker_client::BrokerClient;
 pub enum MessageCommand {
     /// The message with this id.
     Get {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
+        /// The topic.
         #[arg(long)]
         topic: String,
         /// The message id a send returned.
@@ -23,10 +26,13 @@ pub enum MessageCommand {
     },
     /// Messages with this key, newest first.
     Find {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
+        /// The topic.
         #[arg(long)]
         topic: String,
+        /// The message key to look up.
         #[arg(long)]
         key: String,
         /// At most this many.
@@ -35,8 +41,10 @@ pub enum MessageCommand {
     },
     /// Messages stored in a time range, per queue in queue order.
     Range {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
+        /// The topic.
         #[arg(long)]
         topic: String,
         /// One queue (default: every queue).
@@ -63,8 +71,8 @@ fn show(broker: &str, m: &pb::Message, queue: Option<u32>) {
         m.message_id,
         if m.tag.is_empty() { "-" } else { &m.tag },
         m.keys.join(" "),
-        m.born_timestamp_ms,
-        m.store_timestamp_ms,
+        local_time(m.born_timestamp_ms),
+        local_time(m.store_timestamp_ms),
         m.properties
             .iter()
             .filter(|(k, _)| !k.starts_with(crate::proto::v2_message::RESERVED_PREFIX))
@@ -105,6 +113,10 @@ pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
     };
     raftmq_store::queue_table::validate_topic(&topic)?;
     let mut found = 0;
+    // Broker groups that have the topic, and those where --max cut the answer short.
+    let mut have_topic = 0;
+    let mut cut = Vec::new();
+    let by_range = matches!(by, pb::query_messages_request::By::TimeRange(_));
     for (broker, addr) in group_endpoints(&namesrv, None).await? {
         let r = BrokerClient::new(channel(&addr)?)
             .query_messages(pb::QueryMessagesRequest {
@@ -116,6 +128,10 @@ pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
         match r {
             Ok(r) => {
                 let r = r.into_inner();
+                have_topic += 1;
+                if by_range && max > 0 && r.messages.len() >= max as usize {
+                    cut.push(broker.clone());
+                }
                 for (i, m) in r.messages.iter().enumerate() {
                     show(&broker, m, r.queue_ids.get(i).copied());
                     found += 1;
@@ -125,8 +141,16 @@ pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
             Err(s) => anyhow::bail!("broker group {broker}: {}", s.message()),
         }
     }
+    if have_topic == 0 {
+        anyhow::bail!("no such topic: {topic}");
+    }
     if found == 0 {
         anyhow::bail!("no such message in topic {topic}");
+    }
+    for broker in cut {
+        println!(
+            "(broker group {broker}: stopped at --max {max}; more may match: raise --max or narrow --begin/--end)"
+        );
     }
     Ok(())
 }

@@ -8,19 +8,25 @@
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
 //! | [`bench`]   | `raftmq bench produce|consume|e2e`, with plots                  |
 //! | [`admin`]   | `raftmq cluster ...`, `raftmq topic ...` via the NameServers     |
+//! | [`status`]  | `raftmq cluster status`: every node, live, with its last heartbeat |
 //! | [`group`]   | `raftmq group ...`: consumer groups, progress, offset resets    |
 //! | [`message`] | `raftmq message get|find|range`                                 |
 //! | [`node`]    | `raftmq node status|put-topic|send|read` on one node            |
 //! | [`inspect`] | `raftmq store verify`: a store opened offline                   |
+//! | [`display`] | local date-times and ages as the commands print them             |
+//! | [`logging`] | every process's logging, with repeated openraft warnings limited |
 
 pub mod admin;
 pub mod bench;
 pub mod dev;
+pub mod display;
 pub mod group;
 pub mod inspect;
+pub mod logging;
 pub mod message;
 pub mod node;
 pub mod produce;
+pub mod status;
 
 use std::path::PathBuf;
 
@@ -128,18 +134,6 @@ pub enum StoreCommand {
     },
 }
 
-pub fn init_tracing(cli: &Cli) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()
 }
@@ -191,5 +185,38 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             crate::cli::inspect::dump(&dir, segment_size, &mut std::io::BufWriter::new(stdout.lock()))?;
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every flag of every command says what it is for in `--help`.
+    #[test]
+    fn every_flag_has_a_description() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "raftmq", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "flags without a description:\n{}",
+            missing.join("\n")
+        );
     }
 }

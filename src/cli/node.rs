@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::Subcommand;
 use tonic::transport::Channel;
 
@@ -15,15 +14,18 @@ use crate::proto::pb::broker_client::BrokerClient;
 pub enum NodeCommand {
     /// Show this node's view of the group: role, term, leader, indexes, members.
     Status {
+        /// The node to ask.
         #[arg(long, default_value = "127.0.0.1:8081")]
         endpoint: String,
     },
-    /// Create or update a topic.
+    /// Create or update a topic in this node's group.
     PutTopic {
+        /// The node (any node of the group).
         #[arg(long, default_value = "127.0.0.1:8081")]
         endpoint: String,
+        /// The topic.
         #[arg(long)]
-        name: String,
+        topic: String,
         /// Read and write queue count.
         #[arg(long, default_value_t = 8)]
         queues: u32,
@@ -33,30 +35,40 @@ pub enum NodeCommand {
     },
     /// Send messages to one queue, one at a time, and print their offsets.
     Send {
+        /// The node (any node of the group; followers forward to the leader).
         #[arg(long, default_value = "127.0.0.1:8081")]
         endpoint: String,
+        /// The topic.
         #[arg(long)]
         topic: String,
+        /// The queue id.
         #[arg(long, default_value_t = 0)]
         queue: u32,
+        /// How many messages.
         #[arg(long, default_value_t = 1)]
         count: u64,
         /// Body size in bytes (the body is filled with a readable pattern).
         #[arg(long, default_value_t = 64)]
         size: usize,
+        /// The messages' tag (none if empty).
         #[arg(long, default_value = "")]
         tag: String,
     },
     /// Read messages of one queue from the given offset.
     Read {
+        /// The node (any node: it answers from what it has applied).
         #[arg(long, default_value = "127.0.0.1:8081")]
         endpoint: String,
+        /// The topic.
         #[arg(long)]
         topic: String,
+        /// The queue id.
         #[arg(long, default_value_t = 0)]
         queue: u32,
+        /// The first queue offset to read.
         #[arg(long, default_value_t = 0)]
         from: u64,
+        /// At most this many messages.
         #[arg(long, default_value_t = 10)]
         count: u32,
     },
@@ -67,14 +79,24 @@ async fn connect(endpoint: &str) -> anyhow::Result<BrokerClient<Channel>> {
         .map_err(anyhow::Error::msg)?
         .connect()
         .await
-        .with_context(|| format!("cannot reach a broker at {endpoint}; is it running?"))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach a broker at {endpoint} ({}); is it running?",
+                crate::client::channel::root_cause(&e)
+            )
+        })?;
     Ok(BrokerClient::new(channel)
         .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
         .max_encoding_message_size(crate::MAX_MESSAGE_SIZE))
 }
 
 fn status_error(s: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{}", s.message())
+    match s.code() {
+        tonic::Code::Unimplemented => {
+            anyhow::anyhow!("the endpoint answers, but not as a raftmq broker's client port (is it a NameServer?)")
+        }
+        _ => anyhow::anyhow!("{}", s.message()),
+    }
 }
 
 pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
@@ -109,14 +131,14 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
         }
         NodeCommand::PutTopic {
             endpoint,
-            name,
+            topic,
             queues,
             perm,
         } => {
             connect(&endpoint)
                 .await?
                 .put_topic(pb::PutTopicRequest {
-                    name: name.clone(),
+                    name: topic.clone(),
                     read_queues: queues,
                     write_queues: queues,
                     perm,
@@ -124,7 +146,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                 })
                 .await
                 .map_err(status_error)?;
-            println!("topic {name}: {queues} queues, perm {perm}");
+            println!("topic {topic}: {queues} queues, perm {perm}");
         }
         NodeCommand::Send {
             endpoint,
@@ -200,8 +222,11 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                 let body = String::from_utf8_lossy(&m.body);
                 let shown: String = body.chars().take(60).collect();
                 println!(
-                    "{topic}/{queue} @{}  id {}  tag {:?}  {shown}",
-                    m.queue_offset, m.message_id, m.tag
+                    "{topic}/{queue} @{}  id {}  tag {:?}  stored {}  {shown}",
+                    m.queue_offset,
+                    m.message_id,
+                    m.tag,
+                    crate::cli::display::local_time(m.store_timestamp_ms)
                 );
             }
             println!(

@@ -12,6 +12,7 @@ pub struct ProduceArgs {
     /// Access points: host:port, several separated by ';'.
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub endpoint: String,
+    /// The topic.
     #[arg(long)]
     pub topic: String,
     /// How many messages to send.
@@ -23,16 +24,19 @@ pub struct ProduceArgs {
     /// The body text itself (instead of --size).
     #[arg(long)]
     pub body: Option<String>,
+    /// The message tag (a filter expression matches it).
     #[arg(long)]
     pub tag: Option<String>,
     /// A key for the message index (`raftmq message find`).
     #[arg(long)]
     pub key: Option<String>,
-    /// Message group: makes FIFO messages (the topic must accept FIFO).
-    #[arg(long = "group")]
+    /// FIFO message group: messages of one group keep their order (the
+    /// topic must accept FIFO).
+    #[arg(long)]
     pub message_group: Option<String>,
-    /// Deliver after this long, e.g. 10s, 5m, 1h (a timed message).
-    #[arg(long, value_parser = parse_duration)]
+    /// Deliver after this long, with its unit: 10s, 5m, 1h, 3d (a timed
+    /// message; up to the broker's timer.max_delay_ms, 40 days by default).
+    #[arg(long, value_parser = parse_delay)]
     pub delay: Option<Duration>,
     /// Print one line per message even for large counts.
     #[arg(long)]
@@ -44,6 +48,7 @@ pub struct RecallArgs {
     /// Access points: host:port, several separated by ';'.
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub endpoint: String,
+    /// The topic.
     #[arg(long)]
     pub topic: String,
     /// The recall handle a timed send returned.
@@ -66,6 +71,7 @@ pub struct ConsumeArgs {
     /// Access points: host:port, several separated by ';'.
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub endpoint: String,
+    /// The topic.
     #[arg(long)]
     pub topic: String,
     /// Consumer group (created on first use unless the broker forbids it).
@@ -95,15 +101,25 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a duration (try 500ms, 10s, 5m or 2h)"))?;
+        .map_err(|_| format!("{s:?} is not a duration (try 500ms, 10s, 5m, 2h or 3d)"))?;
     let ms = match unit {
         "ms" => n,
         "s" => n.saturating_mul(1000),
         "m" => n.saturating_mul(60_000),
         "h" => n.saturating_mul(3_600_000),
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+        "d" => n.saturating_mul(86_400_000),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
     };
     Ok(Duration::from_millis(ms))
+}
+
+/// A delay: a duration that names its unit (a bare number could mean
+/// seconds, milliseconds or one of RocketMQ's delay levels).
+pub fn parse_delay(s: &str) -> Result<Duration, String> {
+    if !s.is_empty() && s.trim().chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!("{s:?} has no unit: write {s}s, {s}m, {s}h or {s}d"));
+    }
+    parse_duration(s)
 }
 
 /// A body of `size` bytes that starts with the message's number.
@@ -154,8 +170,12 @@ pub async fn produce(a: ProduceArgs) -> anyhow::Result<()> {
             (true, _) => {}
             (false, true) => println!("sent {} to {} at offset {}", r.message_id, a.topic, r.offset),
             (false, false) => println!(
-                "sent {} to {} (timed; recall handle {})",
-                r.message_id, a.topic, r.recall_handle
+                "sent {} to {} (timed, due {}; recall handle {})",
+                r.message_id,
+                a.topic,
+                m.delivery_timestamp_ms
+                    .map_or_else(String::new, crate::cli::display::local_time),
+                r.recall_handle
             ),
         }
     }
@@ -228,6 +248,9 @@ mod tests {
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
         assert!(parse_duration("5 days").is_err());
+        assert_eq!(parse_duration("3d"), Ok(Duration::from_secs(3 * 86_400)));
+        assert_eq!(parse_delay("3d"), Ok(Duration::from_secs(3 * 86_400)));
+        assert!(parse_delay("30").unwrap_err().contains("no unit"));
         assert!(parse_duration("").is_err());
         assert!(parse_duration("99999999999999999999999s").is_err());
     }

@@ -37,3 +37,38 @@ pub fn not_delivered(s: &Status) -> bool {
     }
     s.message().contains("tcp connect error")
 }
+
+/// The innermost cause of an error chain ("Connection refused (os error
+/// 111)"), which is what a person needs; tonic's outer layers repeat
+/// "transport error" and "tcp connect error".
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+/// A failed call to `addr`, said so that a person knows what was reached
+/// and what it is: `expected` names the service the call needed ("a
+/// broker's client port", "a NameServer").
+pub fn explain(addr: &str, s: &Status, expected: &str) -> String {
+    match s.code() {
+        // No such service at that address: something else answers there.
+        tonic::Code::Unimplemented => {
+            format!("{addr} answers, but not as {expected} (it does not serve the call; check the address and port)")
+        }
+        tonic::Code::Unavailable if not_delivered(s) => {
+            let cause = std::error::Error::source(s).map_or_else(|| s.message().to_string(), root_cause);
+            format!("{addr}: nothing reachable there ({cause}); is {expected} running at that address?")
+        }
+        code => {
+            let message = if s.message().is_empty() {
+                code.description()
+            } else {
+                s.message()
+            };
+            format!("{addr}: {message}")
+        }
+    }
+}

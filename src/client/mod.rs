@@ -34,6 +34,9 @@ use crate::proto::rocketmq::v2::Code;
 use crate::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 
 /// Why a call failed.
+/// What the client expects at an access point, as errors name it.
+const BROKER: &str = "a raftmq broker's client port (apache.rocketmq.v2)";
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
     /// The call did not complete (no node reachable, deadline, connection
@@ -294,12 +297,12 @@ impl Client {
             match call(stub).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) if channel::not_delivered(&s) => {
-                    last = Some(format!("{}: {}", self.nodes[i].0, s.message()));
+                    last = Some(channel::explain(&self.nodes[i].0, &s, BROKER));
                     let _ = self
                         .current
                         .compare_exchange(i, (i + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
                 }
-                Err(s) => return Err(ClientError::Transport(format!("{}: {}", self.nodes[i].0, s.message()))),
+                Err(s) => return Err(ClientError::Transport(channel::explain(&self.nodes[i].0, &s, BROKER))),
             }
         }
         Err(ClientError::Transport(format!(

@@ -119,6 +119,64 @@ impl broker_server::Broker for BrokerService {
         Ok(Response::new(out))
     }
 
+    async fn get_topic(&self, request: Request<pb::GetTopicRequest>) -> Result<Response<pb::TopicInfo>, Status> {
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker.node.linearizable().await?;
+                    let t = self
+                        .broker
+                        .node
+                        .sm
+                        .topic(&req.name)
+                        .ok_or_else(|| BrokerError::TopicNotFound(req.name.clone()))?;
+                    Ok(pb::TopicInfo {
+                        name: t.name,
+                        read_queues: t.read_queues,
+                        write_queues: t.write_queues,
+                        perm: t.perm,
+                        message_type: t.message_type.as_str().to_string(),
+                    })
+                },
+                |mut c, r| async move { c.get_topic(r).await },
+            )
+            .await?;
+        Ok(Response::new(out))
+    }
+
+    async fn get_consumer_group(
+        &self,
+        request: Request<pb::GetConsumerGroupRequest>,
+    ) -> Result<Response<pb::ConsumerGroupInfo>, Status> {
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker.node.linearizable().await?;
+                    let g = self
+                        .broker
+                        .node
+                        .sm
+                        .with_metadata(|m| m.groups.get(&req.name).cloned())
+                        .ok_or_else(|| {
+                            BrokerError::Refused(
+                                crate::proto::rocketmq::v2::Code::ConsumerGroupNotFound,
+                                format!("consumer group {} does not exist", req.name),
+                            )
+                        })?;
+                    Ok(pb::ConsumerGroupInfo {
+                        name: g.name,
+                        fifo: g.fifo,
+                        max_delivery_attempts: g.max_delivery_attempts,
+                    })
+                },
+                |mut c, r| async move { c.get_consumer_group(r).await },
+            )
+            .await?;
+        Ok(Response::new(out))
+    }
+
     async fn delete_topic(
         &self,
         request: Request<pb::DeleteTopicRequest>,

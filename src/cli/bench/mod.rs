@@ -26,33 +26,32 @@ use crate::client::{Client, Outgoing};
 
 /// User property carrying the send time (µs since the epoch).
 const SENT_US: &str = "bench_sent_us";
+/// User property naming the run a bench message belongs to: an e2e run
+/// measures only its own messages, not what earlier runs left behind.
+const RUN_ID: &str = "bench_run";
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Send as fast as the senders can.
-    Produce(BenchArgs),
+    Produce(ProduceBench),
     /// Receive and acknowledge as fast as the receivers can.
-    Consume(BenchArgs),
+    Consume(ConsumeBench),
     /// Send and receive at once; latency is send to receive.
-    E2e(BenchArgs),
+    E2e(E2eBench),
 }
 
+/// The flags every bench takes.
 #[derive(Debug, Clone, clap::Args)]
-pub struct BenchArgs {
-    /// Access points: host:port, several separated by ';'.
+pub struct Common {
+    /// Access points: host:port, several separated by ';' (or ',').
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub endpoint: String,
+    /// The topic.
     #[arg(long, default_value = "TestTopic")]
     pub topic: String,
-    /// Consumer group (consume and e2e).
-    #[arg(long, default_value = "BenchGroup")]
-    pub group: String,
-    /// Concurrent senders (and receivers).
+    /// Concurrent senders or receivers (e2e: of each).
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
-    /// Body size in bytes.
-    #[arg(long, default_value_t = 1024)]
-    pub size: usize,
     /// Run this long (e.g. 30s); the default when --count is not given is 10s.
     #[arg(long, value_parser = parse_duration, conflicts_with = "count")]
     pub duration: Option<Duration>,
@@ -65,10 +64,72 @@ pub struct BenchArgs {
     /// Write latency-over-time and latency-histogram plots to this PNG.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
-    /// Send timed messages due this long after they are sent (produce; the
-    /// topic must accept DELAY messages).
-    #[arg(long, value_parser = parse_duration)]
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProduceBench {
+    #[command(flatten)]
+    pub common: Common,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Send timed messages due this long after they are sent, with its unit
+    /// (the topic must accept DELAY messages).
+    #[arg(long, value_parser = crate::cli::produce::parse_delay)]
     pub delay: Option<Duration>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsumeBench {
+    #[command(flatten)]
+    pub common: Common,
+    /// The consumer group.
+    #[arg(long, default_value = "BenchGroup")]
+    pub group: String,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct E2eBench {
+    #[command(flatten)]
+    pub common: Common,
+    /// The consumer group.
+    #[arg(long, default_value = "BenchGroup")]
+    pub group: String,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+}
+
+/// One bench's settings, whichever command gave them.
+#[derive(Debug, Clone)]
+struct BenchArgs {
+    endpoint: String,
+    topic: String,
+    group: String,
+    concurrency: usize,
+    size: usize,
+    duration: Option<Duration>,
+    count: Option<u64>,
+    json: bool,
+    plot: Option<std::path::PathBuf>,
+    delay: Option<Duration>,
+}
+
+impl BenchArgs {
+    fn new(c: Common, group: Option<String>, size: usize, delay: Option<Duration>) -> BenchArgs {
+        BenchArgs {
+            endpoint: c.endpoint,
+            topic: c.topic,
+            group: group.unwrap_or_default(),
+            concurrency: c.concurrency,
+            size,
+            duration: c.duration,
+            count: c.count,
+            json: c.json,
+            plot: c.plot,
+            delay,
+        }
+    }
 }
 
 /// The report, as `--json` prints it.
@@ -113,6 +174,10 @@ struct Run {
     received: AtomicU64,
     errors: AtomicU64,
     samples: Samples,
+    /// This run's id (see [`RUN_ID`]).
+    run_id: String,
+    /// e2e: count only this run's messages.
+    own_only: bool,
 }
 
 impl Run {
@@ -139,7 +204,9 @@ impl Run {
         while self.budget_left(&self.sent) {
             let body = pattern_body(i, self.args.size);
             i += 1;
-            let mut m = Outgoing::new(self.args.topic.clone(), body).property(SENT_US, now_us().to_string());
+            let mut m = Outgoing::new(self.args.topic.clone(), body)
+                .property(SENT_US, now_us().to_string())
+                .property(RUN_ID, self.run_id.clone());
             if let Some(d) = self.args.delay {
                 m = m.deliver_at(crate::clock::now_ms() + d.as_millis() as u64);
             }
@@ -186,7 +253,14 @@ impl Run {
                         last_got = Instant::now();
                     }
                     let now = now_us();
+                    let mut counted = 0u64;
                     for m in &batch {
+                        let own = m.properties.iter().any(|(k, v)| k == RUN_ID && *v == self.run_id);
+                        if self.own_only && !own {
+                            // Left by an earlier run: drained, not measured.
+                            continue;
+                        }
+                        counted += 1;
                         let sent = m
                             .properties
                             .iter()
@@ -196,7 +270,7 @@ impl Run {
                             self.record(now.saturating_sub(s)).await;
                         }
                     }
-                    self.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    self.received.fetch_add(counted, Ordering::Relaxed);
                     if self.client.ack(&a.group, &a.topic, &batch).await.is_err() {
                         self.errors.fetch_add(1, Ordering::Relaxed);
                     }
@@ -212,9 +286,9 @@ impl Run {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let (mode, a) = match cmd {
-        BenchCommand::Produce(a) => ("produce", a),
-        BenchCommand::Consume(a) => ("consume", a),
-        BenchCommand::E2e(a) => ("e2e", a),
+        BenchCommand::Produce(b) => ("produce", BenchArgs::new(b.common, None, b.size, b.delay)),
+        BenchCommand::Consume(b) => ("consume", BenchArgs::new(b.common, Some(b.group), 0, None)),
+        BenchCommand::E2e(b) => ("e2e", BenchArgs::new(b.common, Some(b.group), b.size, None)),
     };
     if a.concurrency == 0 || a.concurrency > 4096 {
         anyhow::bail!("--concurrency must be between 1 and 4096");
@@ -235,6 +309,8 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         received: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         samples: Arc::default(),
+        run_id: format!("{:016x}", rand::random::<u64>()),
+        own_only: mode == "e2e",
         args: a.clone(),
     });
     let bar = progress_bar(&a, duration);
