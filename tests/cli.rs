@@ -248,6 +248,23 @@ async fn admin_commands_against_a_real_cluster() {
     let out = ok(&["message", "range", "--namesrv", n, "--topic", "Cli", "--begin", "1h"]);
     assert_eq!(out.lines().filter(|l| l.contains("order-7")).count(), 6, "{out}");
     assert!(out.contains("queue ") && out.contains(" offset "), "{out}");
+    assert!(!out.contains("stopped at --max"), "{out}");
+    // Store times are local date-times; a cut-short answer says so.
+    let year = out.split(" stored ").nth(1).unwrap_or("").get(..4).unwrap_or("");
+    assert!(year.len() == 4 && year.starts_with("20"), "{out}");
+    let out = ok(&[
+        "message",
+        "range",
+        "--namesrv",
+        n,
+        "--topic",
+        "Cli",
+        "--begin",
+        "1h",
+        "--max",
+        "2",
+    ]);
+    assert!(out.contains("stopped at --max 2"), "{out}");
     // A timed message, recalled by the handle produce printed: once only.
     ok(&[
         "topic",
@@ -467,6 +484,10 @@ fn bad_arguments_get_one_line_and_a_non_zero_exit() {
         vec!["group", "reset-offset", "--group", "G", "--topic", "T"],
         vec!["cluster", "transfer-leader", "--broker", "b", "--to", "x"],
         vec!["bench", "produce", "--count", "5", "--duration", "5s"],
+        // A delay names its unit; each bench takes only its own flags.
+        vec!["produce", "--topic", "T", "--delay", "30"],
+        vec!["bench", "consume", "--size", "100"],
+        vec!["bench", "produce", "--group", "G"],
     ] {
         let (ok, out, err) = raftmq_cli(&args);
         assert!(!ok, "{args:?} succeeded: {out}");

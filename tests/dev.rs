@@ -132,6 +132,34 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
         assert!(Instant::now() < deadline, "dev did not report the crash: {said}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // cluster status shows the dead node as unreachable (with what it last
+    // said) and names the live leader.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out, _) = raftmq_cli(&["cluster", "status", "--namesrv", &namesrv, "--json"]);
+        if ok {
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let nodes = v["nodes"].as_array().unwrap();
+            let dead = nodes.iter().find(|n| n["pid"].as_u64() == Some(u64::from(leader_pid)));
+            let live_leader = nodes
+                .iter()
+                .find(|n| n["is_group_leader"] == true && n["reachable"] == true);
+            if let (Some(d), Some(_)) = (dead, live_leader)
+                && d["reachable"] == false
+                && d["role"] == "unreachable"
+            {
+                assert_eq!(d["reported_role"], "leader", "{d}");
+                let (_, text, _) = raftmq_cli(&["cluster", "status", "--namesrv", &namesrv]);
+                assert!(
+                    text.contains("unreachable (last said leader)") && text.contains("leader node"),
+                    "{text}"
+                );
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "cluster status never showed the crash");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // SIGINT stops everything; nothing is left behind.
     // SAFETY: as above.
