@@ -9,9 +9,9 @@ use clap::Subcommand;
 use raftmq_raft::command::TopicMessageType;
 use tonic::transport::Channel;
 
+use super::connect::{ask, channel, group_endpoints};
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
-use crate::proto::pb::name_server_client::NameServerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
@@ -184,35 +184,6 @@ fn describe_topic(t: &pb::TopicInfo) -> String {
     )
 }
 
-pub(crate) fn channel(addr: &str) -> anyhow::Result<Channel> {
-    Ok(crate::client::channel::endpoint(addr, Duration::from_secs(3))
-        .map_err(anyhow::Error::msg)?
-        .timeout(Duration::from_secs(10))
-        .connect_lazy())
-}
-
-/// Calls the first NameServer of the list that answers.
-pub(crate) async fn ask<T, F, Fut>(namesrv: &str, call: F) -> anyhow::Result<T>
-where
-    F: Fn(NameServerClient<Channel>) -> Fut,
-    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-{
-    let mut last = None;
-    for addr in namesrv.split([',', ';']).map(str::trim).filter(|a| !a.is_empty()) {
-        match call(NameServerClient::new(channel(addr)?)).await {
-            Ok(r) => return Ok(r.into_inner()),
-            Err(s) if matches!(s.code(), tonic::Code::NotFound | tonic::Code::InvalidArgument) => {
-                bail!("{}", s.message())
-            }
-            Err(s) => last = Some(crate::client::channel::explain(addr, &s, "a NameServer")),
-        }
-    }
-    bail!(
-        "no NameServer answered: {}",
-        last.unwrap_or_else(|| "--namesrv names none".into())
-    )
-}
-
 /// A `raftmq.v1.Broker` client for a broker group (any node; followers
 /// forward to the leader).
 async fn broker_client(namesrv: &str, broker: &str) -> anyhow::Result<BrokerClient<Channel>> {
@@ -295,31 +266,6 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
         }
     };
     super::status::run(&namesrv, json).await
-}
-
-/// The client address of each group's leader (or any node: followers
-/// forward), optionally only `only`.
-pub(crate) async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
-    let info = ask(namesrv, |mut c| async move {
-        c.get_cluster_info(pb::ClusterInfoRequest {}).await
-    })
-    .await?;
-    let mut groups: std::collections::BTreeMap<String, String> = Default::default();
-    for n in info.nodes {
-        if only.is_some_and(|g| g != n.group) {
-            continue;
-        }
-        if n.is_group_leader || !groups.contains_key(&n.group) {
-            groups.insert(n.group.clone(), n.client_addr.clone());
-        }
-    }
-    if groups.is_empty() {
-        bail!(
-            "no broker group{} is registered with the NameServer",
-            only.map(|g| format!(" named {g}")).unwrap_or_default()
-        );
-    }
-    Ok(groups.into_iter().collect())
 }
 
 pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {

@@ -5,7 +5,7 @@
 
 use clap::Subcommand;
 
-use crate::cli::admin::{channel, group_endpoints};
+use crate::cli::connect::{channel, group_endpoints};
 use crate::cli::produce::parse_duration;
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;

@@ -7,6 +7,7 @@
 //! | [`dev`]     | `raftmq dev`: a NameServer and a three-node group, one command   |
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
 //! | [`bench`]   | `raftmq bench produce|consume|e2e`, with plots                  |
+//! | [`connect`] | how commands reach a cluster: NameServers, broker groups, channels |
 //! | [`admin`]   | `raftmq cluster ...`, `raftmq topic ...` via the NameServers     |
 //! | [`status`]  | `raftmq cluster status`: every node, live, with its last heartbeat |
 //! | [`group`]   | `raftmq group ...`: consumer groups, progress, offset resets    |
@@ -18,6 +19,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod connect;
 pub mod dev;
 pub mod display;
 pub mod group;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::admin::{ask, channel};
+use super::connect::{ask, channel};
 use super::display::{age, local_time};
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;

@@ -1,0 +1,66 @@
+//! How the commands reach a cluster: a channel to an address, the first
+//! NameServer of a list that answers, and each broker group's address
+//! (its leader's, as the NameServers know it).
+
+use std::time::Duration;
+
+use anyhow::bail;
+use tonic::transport::Channel;
+
+use crate::proto::pb;
+use crate::proto::pb::name_server_client::NameServerClient;
+
+/// A lazily connected channel to `addr`, with a bounded connect and call
+/// time.
+pub fn channel(addr: &str) -> anyhow::Result<Channel> {
+    Ok(crate::client::channel::endpoint(addr, Duration::from_secs(3))
+        .map_err(anyhow::Error::msg)?
+        .timeout(Duration::from_secs(10))
+        .connect_lazy())
+}
+
+/// Calls the first NameServer of the list that answers.
+pub async fn ask<T, F, Fut>(namesrv: &str, call: F) -> anyhow::Result<T>
+where
+    F: Fn(NameServerClient<Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    let mut last = None;
+    for addr in namesrv.split([',', ';']).map(str::trim).filter(|a| !a.is_empty()) {
+        match call(NameServerClient::new(channel(addr)?)).await {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(s) if matches!(s.code(), tonic::Code::NotFound | tonic::Code::InvalidArgument) => {
+                bail!("{}", s.message())
+            }
+            Err(s) => last = Some(crate::client::channel::explain(addr, &s, "a NameServer")),
+        }
+    }
+    bail!(
+        "no NameServer answered: {}",
+        last.unwrap_or_else(|| "--namesrv names none".into())
+    )
+}
+/// The client address of each group's leader (or any node: followers
+/// forward), optionally only `only`.
+pub async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
+    let info = ask(namesrv, |mut c| async move {
+        c.get_cluster_info(pb::ClusterInfoRequest {}).await
+    })
+    .await?;
+    let mut groups: std::collections::BTreeMap<String, String> = Default::default();
+    for n in info.nodes {
+        if only.is_some_and(|g| g != n.group) {
+            continue;
+        }
+        if n.is_group_leader || !groups.contains_key(&n.group) {
+            groups.insert(n.group.clone(), n.client_addr.clone());
+        }
+    }
+    if groups.is_empty() {
+        bail!(
+            "no broker group{} is registered with the NameServer",
+            only.map(|g| format!(" named {g}")).unwrap_or_default()
+        );
+    }
+    Ok(groups.into_iter().collect())
+}
