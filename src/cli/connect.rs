@@ -40,6 +40,7 @@ where
         last.unwrap_or_else(|| "--namesrv names none".into())
     )
 }
+
 /// The client address of each group's leader (or any node: followers
 /// forward), optionally only `only`.
 pub async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
