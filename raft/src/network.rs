@@ -6,9 +6,11 @@
 //! Replication and heartbeats use the bidirectional `Append` stream.
 //!
 //! A peer that cannot be reached is retried with a growing delay
-//! ([`reconnect_delay`]): openraft's own backoff only paces the requests of
-//! an open stream, so without this a dead peer's replication task would
-//! reopen its stream (and log a warning) as fast as the connect fails.
+//! ([`reconnect_delay`]) by its replication stream: openraft's own backoff
+//! only paces the requests of an open stream, so without this a dead peer's
+//! replication task would reopen its stream (and log a warning) as fast as
+//! the connect fails. Heartbeats are not delayed: openraft sends them on
+//! its own interval with its own timeout.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -91,9 +93,10 @@ pub struct Connection {
     group: Arc<str>,
     target: NodeId,
     client: Result<RaftClient<Channel>, String>,
-    /// Attempts in a row to open the append stream that found the peer
-    /// unreachable.
+    /// Replication streams in a row that could not be opened because the
+    /// peer was unreachable, and when the last of them failed.
     failures: u32,
+    failed_at: Option<tokio::time::Instant>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -111,6 +114,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             client,
             failures: 0,
+            failed_at: None,
         }
     }
 }
@@ -150,10 +154,16 @@ impl Connection {
         self.client.clone().map_err(unreachable)
     }
 
+    /// Opens the append stream. `paced` (replication streams, not
+    /// heartbeats, whose own timeout must stay theirs) first waits out the
+    /// reconnect delay since the last failure to reach the peer; the wait
+    /// is measured from that failure, so an attempt cancelled while waiting
+    /// does not start the wait again.
     async fn open_append<S>(
         &mut self,
         input: S,
         option: &RPCOption,
+        paced: bool,
     ) -> Result<
         impl Stream<Item = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>> + use<S>,
         RPCError<TypeConfig>,
@@ -163,7 +173,9 @@ impl Connection {
     {
         let mut client = self.client()?;
         let target = self.target;
-        tokio::time::sleep(reconnect_delay(self.failures)).await;
+        if paced && let Some(at) = self.failed_at {
+            tokio::time::sleep_until(at + reconnect_delay(self.failures)).await;
+        }
         let requests = input.map(|r| wire::append_to_pb(&r));
         let opened = tokio::time::timeout(
             option.soft_ttl().max(Duration::from_millis(200)),
@@ -174,12 +186,13 @@ impl Connection {
         .and_then(|r| r.map_err(|s| from_status(target, s)));
         let response = match opened {
             Ok(r) => {
-                self.failures = 0;
+                (self.failures, self.failed_at) = (0, None);
                 r
             }
             Err(e) => {
-                if matches!(e, RPCError::Unreachable(_)) || self.failures > 0 {
+                if paced && matches!(e, RPCError::Unreachable(_)) {
                     self.failures = self.failures.saturating_add(1);
+                    self.failed_at = Some(tokio::time::Instant::now());
                 }
                 return Err(e);
             }
@@ -199,7 +212,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let mut responses = Box::pin(self.open_append(futures::stream::iter([rpc]), &option).await?);
+        let mut responses = Box::pin(self.open_append(futures::stream::iter([rpc]), &option, false).await?);
         match responses.next().await {
             Some(r) => r.map(AppendEntriesResponse::from),
             None => Err(network(format!(
@@ -221,7 +234,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
         Box::pin(async move {
-            let responses = self.open_append(input, &option).await?;
+            let responses = self.open_append(input, &option, true).await?;
             let boxed: BoxStream<'s, _> = Box::pin(responses);
             Ok(boxed)
         })

@@ -162,7 +162,7 @@ fn check_message_type(t: &str) -> anyhow::Result<()> {
 
 /// The topic's config in a group, read from its leader; `None` if it has
 /// no such topic.
-async fn current_topic(addr: &str, topic: &str) -> anyhow::Result<Option<pb::TopicInfo>> {
+async fn current_topic(addr: &str, topic: &str) -> anyhow::Result<Option<pb::TopicData>> {
     match BrokerClient::new(channel(addr)?)
         .get_topic(pb::GetTopicRequest {
             name: topic.to_string(),
@@ -175,7 +175,7 @@ async fn current_topic(addr: &str, topic: &str) -> anyhow::Result<Option<pb::Top
     }
 }
 
-fn describe_topic(t: &pb::TopicInfo) -> String {
+fn describe_topic(t: &pb::TopicData) -> String {
     format!(
         "{} queues, perm {}, {} messages",
         t.write_queues.max(t.read_queues),
@@ -425,7 +425,7 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
 
 /// What an update changed, and what it left: "perm 6 -> 4 (8 queues,
 /// DELAY messages)".
-fn topic_changes(old: &pb::TopicInfo, new: &pb::TopicInfo) -> String {
+fn topic_changes(old: &pb::TopicData, new: &pb::TopicData) -> String {
     let mut changed = Vec::new();
     let mut kept = Vec::new();
     let (oq, nq) = (

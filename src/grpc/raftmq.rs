@@ -119,7 +119,7 @@ impl broker_server::Broker for BrokerService {
         Ok(Response::new(out))
     }
 
-    async fn get_topic(&self, request: Request<pb::GetTopicRequest>) -> Result<Response<pb::TopicInfo>, Status> {
+    async fn get_topic(&self, request: Request<pb::GetTopicRequest>) -> Result<Response<pb::TopicData>, Status> {
         let out = self
             .on_leader(
                 request,
@@ -131,7 +131,7 @@ impl broker_server::Broker for BrokerService {
                         .sm
                         .topic(&req.name)
                         .ok_or_else(|| BrokerError::TopicNotFound(req.name.clone()))?;
-                    Ok(pb::TopicInfo {
+                    Ok(pb::TopicData {
                         name: t.name,
                         read_queues: t.read_queues,
                         write_queues: t.write_queues,

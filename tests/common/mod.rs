@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -357,4 +358,97 @@ pub fn sum_of(samples: &[(String, f64)], metric: &str, labels: &[&str]) -> f64 {
         .filter(|(n, _)| n.split('{').next() == Some(metric) && labels.iter().all(|l| n.contains(l)))
         .map(|(_, v)| v)
         .sum()
+}
+
+/// Sends message `i` to queue `q` of topic T and returns its offset. Like
+/// the official clients, retries a send whose outcome is unknown (a forward
+/// that died with the old leader's connection, an election): a retry may
+/// duplicate the message, never lose it.
+pub async fn send_retrying(client: &mut BrokerClient<Channel>, q: u32, i: u64) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = client
+            .send(pb::SendRequest {
+                topic: "T".into(),
+                queue_id: q,
+                messages: vec![message(i)],
+            })
+            .await;
+        match r {
+            Ok(r) => return r.into_inner().first_queue_offset,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert!(
+                    matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Aborted),
+                    "{e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("send {i} kept failing: {e}"),
+        }
+    }
+}
+
+/// Reads every queue of topic T from node `id` and checks each acknowledged
+/// message is at its offset.
+pub async fn check_reads(c: &Cluster, id: u64, acked: &BTreeMap<(u32, u64), u64>, queues: u32) {
+    let mut client = c.client(id).await;
+    for q in 0..queues {
+        let mut offset = 0;
+        let mut got = BTreeMap::new();
+        loop {
+            let r = client
+                .read(pb::ReadRequest {
+                    topic: "T".into(),
+                    queue_id: q,
+                    offset,
+                    max_count: 500,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            for m in &r.messages {
+                got.insert(m.queue_offset, m.message_id.clone());
+            }
+            if r.next_offset >= r.max_offset {
+                break;
+            }
+            offset = r.next_offset;
+        }
+        // Offsets are dense.
+        assert!(
+            got.keys().copied().eq(0..got.len() as u64),
+            "node {id} queue {q} has holes"
+        );
+        for ((qq, off), i) in acked.range((q, 0)..(q + 1, 0)) {
+            assert_eq!(*qq, q);
+            assert_eq!(
+                got.get(off),
+                Some(&format!("msg-{i}")),
+                "node {id} queue {q} offset {off}"
+            );
+        }
+    }
+}
+
+pub async fn wait_applied_equal(c: &Cluster, ids: &[u64]) -> Vec<pb::StatusResponse> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut st = Vec::new();
+        for &id in ids {
+            if let Some(s) = c.status(id, false).await {
+                st.push(s);
+            }
+        }
+        if st.len() == ids.len() && st.windows(2).all(|w| w[0].applied_index == w[1].applied_index) {
+            let mut with_digest = Vec::new();
+            for &id in ids {
+                with_digest.push(c.status(id, true).await.unwrap());
+            }
+            if with_digest.windows(2).all(|w| w[0].applied_index == w[1].applied_index) {
+                return with_digest;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "nodes never converged: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
