@@ -193,6 +193,38 @@ async fn a_clean_stop_unregisters_at_once_and_stale_claims_lose() {
     );
     let e = client.heartbeat(pb::BrokerHeartbeat::default()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+
+    // A forged heartbeat claiming the topic with 2^32 - 1 queues (it once
+    // made every broker answering the route allocate billions of queues) is
+    // refused, and the real route is unchanged.
+    let forged = pb::BrokerHeartbeat {
+        cluster: "forged".into(),
+        group: "forged".into(),
+        node_id: 1,
+        role: "leader".into(),
+        term: 99,
+        client_addr: "127.0.0.1:1".into(),
+        raft_addr: "127.0.0.1:2".into(),
+        topics: vec![pb::TopicData {
+            name: "T".into(),
+            read_queues: u32::MAX,
+            write_queues: u32::MAX,
+            perm: 6,
+            message_type: String::new(),
+        }],
+        ..Default::default()
+    };
+    let e = client.heartbeat(forged.clone()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("at most 1024"), "{e}");
+    let mut bad_perm = forged.clone();
+    bad_perm.topics[0].read_queues = 1;
+    bad_perm.topics[0].write_queues = 1;
+    bad_perm.topics[0].perm = 0xff;
+    let e = client.heartbeat(bad_perm).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    let r = route_until(&ns, |_| true, Duration::from_secs(1)).await;
+    assert!(r.groups.iter().all(|g| g.group != "forged"), "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,10 @@ pub const KIND_GUARDED_SEND: u8 = 3;
 /// Topic permission bits, as RocketMQ: 2 = write, 4 = read, 6 = both.
 pub const PERM_WRITE: u32 = 2;
 pub const PERM_READ: u32 = 4;
+/// Most read or write queues a topic has in one broker group. Every count
+/// from the network (topic changes, NameServer heartbeats and routes) is
+/// held to it: a route is built queue by queue.
+pub const MAX_QUEUES: u32 = 1024;
 
 /// An encoded command.
 #[derive(Clone, PartialEq, Eq)]

@@ -269,8 +269,11 @@ impl Broker {
         if raftmq_raft::held::is_system_topic(&t.name) {
             return Err(BrokerError::Invalid(format!("{} is a system topic", t.name)));
         }
-        if t.read_queues == 0 || t.write_queues == 0 || t.read_queues > 1024 || t.write_queues > 1024 {
-            return Err(BrokerError::Invalid("queue counts must be between 1 and 1024".into()));
+        let max = raftmq_raft::command::MAX_QUEUES;
+        if t.read_queues == 0 || t.write_queues == 0 || t.read_queues > max || t.write_queues > max {
+            return Err(BrokerError::Invalid(format!(
+                "queue counts must be between 1 and {max}"
+            )));
         }
         if t.perm & !6 != 0 || t.perm == 0 {
             return Err(BrokerError::Invalid(

@@ -14,6 +14,10 @@ use crate::proto::pb;
 
 /// The roles a heartbeat may carry.
 pub const ROLES: [&str; 4] = ["leader", "follower", "candidate", "learner"];
+/// Most topics one heartbeat may carry.
+pub const MAX_TOPICS: usize = 100_000;
+/// Longest cluster or group name.
+pub const MAX_NAME_LEN: usize = 127;
 
 struct NodeState {
     hb: pb::BrokerHeartbeat,
@@ -38,6 +42,15 @@ pub fn validate(hb: &pb::BrokerHeartbeat) -> Result<(), InvalidHeartbeat> {
     if hb.cluster.is_empty() || hb.group.is_empty() {
         return bad("cluster and group must not be empty".into());
     }
+    if hb.cluster.len() > MAX_NAME_LEN || hb.group.len() > MAX_NAME_LEN {
+        return bad(format!("cluster and group names are at most {MAX_NAME_LEN} bytes"));
+    }
+    if hb.topics.len() > MAX_TOPICS {
+        return bad(format!(
+            "{} topics: at most {MAX_TOPICS} in one heartbeat",
+            hb.topics.len()
+        ));
+    }
     if !ROLES.contains(&hb.role.as_str()) {
         return bad(format!("role {:?} is not one of {ROLES:?}", hb.role));
     }
@@ -46,9 +59,24 @@ pub fn validate(hb: &pb::BrokerHeartbeat) -> Result<(), InvalidHeartbeat> {
             return bad(format!("{what} {addr:?} is not an ip:port address"));
         }
     }
+    let max = raftmq_raft::command::MAX_QUEUES;
     for t in &hb.topics {
         if let Err(e) = raftmq_store::queue_table::validate_topic(&t.name) {
             return bad(e.to_string());
+        }
+        // A route is built queue by queue: a forged count of 2^32 would make
+        // every broker that answers a route for the topic allocate billions.
+        if t.read_queues > max || t.write_queues > max {
+            return bad(format!(
+                "topic {}: {} read / {} write queues, at most {max}",
+                t.name, t.read_queues, t.write_queues
+            ));
+        }
+        if t.perm & !(raftmq_raft::command::PERM_READ | raftmq_raft::command::PERM_WRITE) != 0 {
+            return bad(format!("topic {}: perm {} is not 2, 4 or 6", t.name, t.perm));
+        }
+        if !t.message_type.is_empty() && raftmq_raft::command::TopicMessageType::parse(&t.message_type).is_none() {
+            return bad(format!("topic {}: unknown message type {:?}", t.name, t.message_type));
         }
     }
     Ok(())

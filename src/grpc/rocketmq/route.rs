@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use raftmq_raft::TopicConfig;
-use raftmq_raft::command::{PERM_READ, PERM_WRITE, TopicMessageType};
+use raftmq_raft::command::{MAX_QUEUES, PERM_READ, PERM_WRITE, TopicMessageType};
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
@@ -124,7 +124,9 @@ pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues]) -> Vec<v2::M
             endpoints: Some(endpoints(&g.endpoints)),
         };
         let accept: Vec<i32> = accepted_types(g.message_type).into_iter().map(|t| t as i32).collect();
-        for id in 0..g.read_queues.max(g.write_queues) {
+        // Counts from other groups come from the NameServers: held to the
+        // limit here too, whatever a NameServer let through.
+        for id in 0..g.read_queues.max(g.write_queues).min(MAX_QUEUES) {
             let read = id < g.read_queues && g.perm & PERM_READ != 0;
             let write = id < g.write_queues && g.perm & PERM_WRITE != 0;
             let permission = match (read, write) {
