@@ -105,3 +105,54 @@ async fn namesrv_metrics() {
     }
     ns.kill();
 }
+
+/// The metrics port survives idle and half-sent connections: more than it
+/// serves at once are held back, each one that sends no complete request
+/// headers is closed after the header timeout, and a scrape still answers.
+#[test]
+fn idle_connections_do_not_lock_the_metrics_port() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = format!("127.0.0.1:{}", common::free_port());
+    let mut ns = Namesrv::start_with(dir.path(), "ns", 120_000, &format!("metrics_listen = \"{metrics}\"\n"));
+    // Wait until it serves.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(&metrics).is_err() {
+        assert!(Instant::now() < deadline, "the metrics port never opened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // More idle connections than the port serves at once, half of them
+    // with a request line and no end of headers (slow loris).
+    let mut idle: Vec<std::net::TcpStream> = (0..raftmq::metrics_http::MAX_CONNECTIONS + 16)
+        .map(|i| {
+            let mut s = std::net::TcpStream::connect(&metrics).unwrap();
+            if i % 2 == 0 {
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+            }
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    let samples = scrape(&metrics);
+    assert!(!samples.is_empty());
+    let waited = started.elapsed();
+    assert!(
+        waited < raftmq::metrics_http::HEADER_TIMEOUT * 3,
+        "a scrape waited {waited:?} behind idle connections"
+    );
+    // The idle ones are closed by the server (EOF) once their time is up.
+    for s in &mut idle[..4] {
+        s.set_read_timeout(Some(raftmq::metrics_http::HEADER_TIMEOUT * 3))
+            .unwrap();
+        let mut buf = [0u8; 512];
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => {
+                let text = String::from_utf8_lossy(&buf[..n]);
+                assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+            }
+            Err(e) => panic!("an idle connection was still open after {:?}: {e}", started.elapsed()),
+        }
+    }
+    ns.kill();
+}

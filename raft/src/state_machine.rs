@@ -483,11 +483,10 @@ fn batch_refusal(md: &Metadata, b: &BatchView<'_>) -> Option<String> {
         return Some(format!("topic {} is not writable", b.topic));
     }
     if b.queue_id >= topic.write_queues {
+        // No arithmetic on the id: it may be u32::MAX.
         return Some(format!(
-            "topic {} has {} write queues, not {}",
-            b.topic,
-            topic.write_queues,
-            b.queue_id + 1
+            "topic {} has {} write queues; there is no queue {}",
+            b.topic, topic.write_queues, b.queue_id
         ));
     }
     None

@@ -134,10 +134,10 @@ impl Broker {
         let queues: Vec<u32> = match queue {
             Some(q) if q < t.read_queues => vec![q],
             Some(q) => {
+                // No arithmetic on the id: it may be u32::MAX.
                 return Err(BrokerError::Invalid(format!(
-                    "topic {topic} has {} queues, not {}",
-                    t.read_queues,
-                    q + 1
+                    "topic {topic} has {} queues; there is no queue {q}",
+                    t.read_queues
                 )));
             }
             None => (0..t.read_queues).collect(),
