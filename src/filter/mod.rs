@@ -16,6 +16,12 @@ use crate::error::BrokerError;
 use crate::filter::sql::SqlFilter;
 use crate::proto::rocketmq::v2::{self, Code};
 
+/// Longest tag expression accepted, in bytes (as long as an SQL92 one).
+pub const MAX_TAG_EXPRESSION_LEN: usize = crate::filter::sql::MAX_EXPRESSION_LEN;
+/// Most tags one expression may name: each unit of a queue is checked
+/// against all of them.
+pub const MAX_TAGS: usize = 64;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Filter {
     All,
@@ -41,6 +47,15 @@ impl Filter {
     /// Parses RocketMQ's tag expression: `*` (or empty) for all, or tags
     /// separated by `||`.
     pub fn tags(expr: &str) -> Result<Filter, BrokerError> {
+        if expr.len() > MAX_TAG_EXPRESSION_LEN {
+            return Err(BrokerError::Refused(
+                Code::IllegalFilterExpression,
+                format!(
+                    "tag expression of {} bytes: at most {MAX_TAG_EXPRESSION_LEN}",
+                    expr.len()
+                ),
+            ));
+        }
         let expr = expr.trim();
         if expr.is_empty() || expr == "*" {
             return Ok(Filter::All);
@@ -56,6 +71,12 @@ impl Filter {
             }
             if t == "*" {
                 return Ok(Filter::All);
+            }
+            if tags.len() == MAX_TAGS {
+                return Err(BrokerError::Refused(
+                    Code::IllegalFilterExpression,
+                    format!("tag expression names more than {MAX_TAGS} tags"),
+                ));
             }
             tags.push((t.to_string(), tag_hash(t)));
         }
@@ -117,6 +138,15 @@ mod tests {
         let f = Filter::tags("a || b").unwrap();
         assert!(f.may_match(tag_hash("a")) && !f.may_match(tag_hash("c")));
         assert!(Filter::tags("a || ").is_err());
+        // Bounded: a huge expression or too many tags is refused up front.
+        let huge = "a".repeat(MAX_TAG_EXPRESSION_LEN + 1);
+        assert_eq!(
+            Filter::tags(&huge).unwrap_err().v2_code(),
+            Code::IllegalFilterExpression
+        );
+        let many: Vec<String> = (0..=MAX_TAGS).map(|i| format!("t{i}")).collect();
+        assert!(Filter::tags(&many.join("||")).is_err());
+        assert!(Filter::tags(&many[..MAX_TAGS].join("||")).is_ok());
         assert_eq!(Filter::of_v2(None).unwrap(), Filter::All);
     }
 
