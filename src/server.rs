@@ -12,6 +12,9 @@ use crate::grpc::h2_authority::LenientAuthority;
 use crate::grpc::raftmq::BrokerService;
 use crate::grpc::rocketmq::MessagingService;
 
+/// Concurrent streams per client connection.
+pub const CLIENT_MAX_STREAMS: u32 = 1024;
+
 /// A started node with its client services.
 pub struct RunningBroker {
     pub broker: Arc<Broker>,
@@ -41,7 +44,9 @@ impl RunningBroker {
         let node = RaftNode::start(cfg.node_config()).await?;
         let broker = Arc::new(Broker::new(node, cfg));
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let router = tonic::transport::Server::builder()
+        // Clients multiplex long polls (one per assigned queue) on one
+        // connection: room for many, not for unbounded.
+        let router = raftmq_raft::serve::builder(CLIENT_MAX_STREAMS)
             .add_service(BrokerService::new(broker.clone()))
             .add_service(MessagingService::new(broker.clone()));
         // Official clients may send a multi-address :authority (see h2_authority).

@@ -154,7 +154,8 @@ impl RaftNode {
         .map_err(|e| RaftError::Fatal(e.to_string()))?;
 
         let (stop, stopped) = watch::channel(false);
-        let router = tonic::transport::Server::builder()
+        // A few streams per peer: replication, heartbeats, votes, snapshots.
+        let router = crate::serve::builder(64)
             .add_service(RaftService::new(raft.clone(), &cfg.group, cfg.node_id).into_server());
         let server = crate::serve::spawn(listener, router, stopped, "raft transport");
 

@@ -121,7 +121,7 @@ impl RunningNamesrv {
             }
         });
 
-        let router = tonic::transport::Server::builder().add_service(NameServerServer::new(service));
+        let router = raftmq_raft::serve::builder(128).add_service(NameServerServer::new(service));
         let server = raftmq_raft::serve::spawn(listener, router, stopped, "nameserver");
         tracing::info!(%addr, "nameserver started");
         Ok(RunningNamesrv { addr, stop, server })
