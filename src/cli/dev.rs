@@ -118,7 +118,9 @@ fn write_configs(dir: &Path, l: &Layout) -> anyhow::Result<()> {
 /// Holds `DIR/dev.lock` (an exclusive flock, with the holder's pid in it)
 /// for as long as this `raftmq dev` runs, so a second one on the same
 /// directory is refused before it touches anything.
-struct DirLock(#[allow(dead_code)] std::fs::File);
+struct DirLock {
+    _file: std::fs::File,
+}
 
 fn lock_dir(dir: &Path) -> anyhow::Result<DirLock> {
     use std::io::{Read, Seek, Write};
@@ -150,7 +152,7 @@ fn lock_dir(dir: &Path) -> anyhow::Result<DirLock> {
     file.set_len(0)?;
     file.rewind()?;
     writeln!(file, "{}", std::process::id())?;
-    Ok(DirLock(file))
+    Ok(DirLock { _file: file })
 }
 
 /// A child process and the command line that started it.
