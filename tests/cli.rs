@@ -8,6 +8,13 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, Namesrv, raftmq_cli};
 
+/// Runs `raftmq args`, which must fail saying `says`.
+fn refused(args: &[&str], says: &str) {
+    let (ok, out, err) = raftmq_cli(args);
+    assert!(!ok, "raftmq {args:?} succeeded: {out}");
+    assert!(err.contains(says), "raftmq {args:?}: {err}");
+}
+
 /// Runs `raftmq args` until it succeeds (brokers may not be registered yet).
 fn ok(args: &[&str]) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -75,17 +82,19 @@ async fn admin_commands_against_a_real_cluster() {
             .any(|l| l.contains("Orders") && l.contains("FIFO") && l.contains('7')),
         "{out}"
     );
-    let (done, _, err) = raftmq_cli(&[
-        "group",
-        "update",
-        "--namesrv",
-        n,
-        "--group",
-        "NoSuchGroup",
-        "--fifo",
-        "true",
-    ]);
-    assert!(!done && err.contains("no such consumer group: NoSuchGroup"), "{err}");
+    refused(
+        &[
+            "group",
+            "update",
+            "--namesrv",
+            n,
+            "--group",
+            "NoSuchGroup",
+            "--fifo",
+            "true",
+        ],
+        "no such consumer group: NoSuchGroup",
+    );
 
     // A topic update changes only what it is given, and says what it did;
     // creating a topic that exists is refused.
@@ -111,17 +120,19 @@ async fn admin_commands_against_a_real_cluster() {
         !done && err.contains("exists in group test") && err.contains("topic update"),
         "{err}"
     );
-    let (done, _, err) = raftmq_cli(&[
-        "topic",
-        "update",
-        "--namesrv",
-        n,
-        "--topic",
-        "NoSuchTopic",
-        "--perm",
-        "6",
-    ]);
-    assert!(!done && err.contains("no such topic: NoSuchTopic"), "{err}");
+    refused(
+        &[
+            "topic",
+            "update",
+            "--namesrv",
+            n,
+            "--topic",
+            "NoSuchTopic",
+            "--perm",
+            "6",
+        ],
+        "no such topic: NoSuchTopic",
+    );
 
     // A topic update reaches the NameServer's routes with the next heartbeat.
     ok(&["topic", "update", "--namesrv", n, "--topic", "Cli", "--queues", "3"]);
@@ -199,42 +210,51 @@ async fn admin_commands_against_a_real_cluster() {
     assert!(out.contains(&first_id) && out.contains("message 0"), "{out}");
     let out = ok(&["message", "find", "--namesrv", n, "--topic", "Cli", "--key", "order-7"]);
     assert_eq!(out.lines().filter(|l| l.contains("order-7")).count(), 6, "{out}");
-    let (found, _, err) = raftmq_cli(&["message", "get", "--namesrv", n, "--topic", "Cli", "--id", "nope"]);
-    assert!(!found && err.contains("no such message"), "{err}");
+    refused(
+        &["message", "get", "--namesrv", n, "--topic", "Cli", "--id", "nope"],
+        "no such message",
+    );
     // Typos are errors, not empty answers.
-    let (found, _, err) = raftmq_cli(&[
-        "message",
-        "find",
-        "--namesrv",
-        n,
-        "--topic",
-        "NoSuchTopic",
-        "--key",
-        "k",
-    ]);
-    assert!(!found && err.contains("no such topic: NoSuchTopic"), "{err}");
-    let (done, _, err) = raftmq_cli(&["group", "progress", "--namesrv", n, "--group", "NoSuchGroup"]);
-    assert!(!done && err.contains("no such consumer group: NoSuchGroup"), "{err}");
-    let (done, _, err) = raftmq_cli(&[
-        "group",
-        "reset-offset",
-        "--namesrv",
-        n,
-        "--group",
-        "Readers",
-        "--topic",
-        "NoSuchTopic",
-        "--to-timestamp",
-        "0",
-    ]);
-    assert!(!done && err.contains("no such topic: NoSuchTopic"), "{err}");
+    refused(
+        &[
+            "message",
+            "find",
+            "--namesrv",
+            n,
+            "--topic",
+            "NoSuchTopic",
+            "--key",
+            "k",
+        ],
+        "no such topic: NoSuchTopic",
+    );
+    refused(
+        &["group", "progress", "--namesrv", n, "--group", "NoSuchGroup"],
+        "no such consumer group: NoSuchGroup",
+    );
+    refused(
+        &[
+            "group",
+            "reset-offset",
+            "--namesrv",
+            n,
+            "--group",
+            "Readers",
+            "--topic",
+            "NoSuchTopic",
+            "--to-timestamp",
+            "0",
+        ],
+        "no such topic: NoSuchTopic",
+    );
     // Errors say what was reached: a NameServer is not a broker, a broker
     // is not a NameServer, and nothing listening is said plainly.
-    let (done, _, err) = raftmq_cli(&["produce", "--endpoint", n, "--topic", "Cli"]);
-    assert!(!done && err.contains("not as a raftmq broker's client port"), "{err}");
+    refused(
+        &["produce", "--endpoint", n, "--topic", "Cli"],
+        "not as a raftmq broker's client port",
+    );
     let broker = cluster.node(1).client_addr.clone();
-    let (done, _, err) = raftmq_cli(&["cluster", "status", "--namesrv", &broker]);
-    assert!(!done && err.contains("not as a NameServer"), "{err}");
+    refused(&["cluster", "status", "--namesrv", &broker], "not as a NameServer");
     let (done, _, err) = raftmq_cli(&["node", "status", "--endpoint", "127.0.0.1:1"]);
     assert!(
         !done && err.contains("refused") && !err.contains("tcp connect error: tcp connect error"),
@@ -394,17 +414,19 @@ async fn admin_commands_against_a_real_cluster() {
     // A refused leadership transfer changes nothing: same leader, same term.
     let leader = cluster.leader().await;
     let before = cluster.status(leader, false).await.unwrap();
-    let (done, _, err) = raftmq_cli(&[
-        "cluster",
-        "transfer-leader",
-        "--namesrv",
-        n,
-        "--broker",
-        "test",
-        "--to",
-        "9",
-    ]);
-    assert!(!done && err.contains("has no node 9"), "{err}");
+    refused(
+        &[
+            "cluster",
+            "transfer-leader",
+            "--namesrv",
+            n,
+            "--broker",
+            "test",
+            "--to",
+            "9",
+        ],
+        "has no node 9",
+    );
     let refused = cluster
         .client(leader)
         .await
