@@ -175,6 +175,21 @@ async fn current_topic(addr: &str, topic: &str) -> anyhow::Result<Option<pb::Top
     }
 }
 
+/// Creates or replaces a topic's config in one broker group.
+async fn put_topic(group: &str, addr: &str, t: &pb::TopicData) -> anyhow::Result<()> {
+    BrokerClient::new(channel(addr)?)
+        .put_topic(pb::PutTopicRequest {
+            name: t.name.clone(),
+            read_queues: t.read_queues,
+            write_queues: t.write_queues,
+            perm: t.perm,
+            message_type: t.message_type.clone(),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("group {group}: {}", s.message()))?;
+    Ok(())
+}
+
 fn describe_topic(t: &pb::TopicData) -> String {
     format!(
         "{} queues, perm {}, {} messages",
@@ -287,17 +302,15 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
                     );
                 }
             }
+            let t = pb::TopicData {
+                name: a.topic.clone(),
+                read_queues: a.queues,
+                write_queues: a.queues,
+                perm: a.perm,
+                message_type: a.message_type.clone(),
+            };
             for (group, addr) in groups {
-                BrokerClient::new(channel(&addr)?)
-                    .put_topic(pb::PutTopicRequest {
-                        name: a.topic.clone(),
-                        read_queues: a.queues,
-                        write_queues: a.queues,
-                        perm: a.perm,
-                        message_type: a.message_type.clone(),
-                    })
-                    .await
-                    .map_err(|s| anyhow::anyhow!("group {group}: {}", s.message()))?;
+                put_topic(&group, &addr, &t).await?;
                 println!(
                     "topic {} in group {group}: {} queues, perm {}, {} messages",
                     a.topic,
@@ -335,16 +348,7 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
                 if let Some(t) = &a.message_type {
                     new.message_type = t.to_ascii_uppercase();
                 }
-                BrokerClient::new(channel(&addr)?)
-                    .put_topic(pb::PutTopicRequest {
-                        name: new.name.clone(),
-                        read_queues: new.read_queues,
-                        write_queues: new.write_queues,
-                        perm: new.perm,
-                        message_type: new.message_type.clone(),
-                    })
-                    .await
-                    .map_err(|s| anyhow::anyhow!("group {group}: {}", s.message()))?;
+                put_topic(&group, &addr, &new).await?;
                 println!("topic {} in group {group}: {}", a.topic, topic_changes(&old, &new));
             }
         }
