@@ -49,10 +49,21 @@ const FLAG_END_HEADERS: u8 = 0x4;
 const FLAG_PADDED: u8 = 0x8;
 const FLAG_PRIORITY: u8 = 0x20;
 /// Largest frame payload h2 accepts before SETTINGS say otherwise (the
-/// protocol's minimum maximum); re-encoded blocks are cut to fit.
+/// protocol's minimum maximum, which our servers never raise): a HEADERS
+/// or CONTINUATION frame claiming more is refused before its payload is
+/// buffered, and re-encoded blocks are cut to fit.
 const MAX_FRAME: usize = 16_384;
-/// Largest header block accepted (bounds the buffer a client can fill).
-const MAX_BLOCK: usize = 1 << 20;
+/// Largest header block accepted, encoded or decoded: h2's own limit on
+/// our servers ([`raftmq_raft::serve::MAX_HEADER_LIST_SIZE`]), so nothing
+/// h2 would refuse is buffered here first.
+const MAX_BLOCK: usize = raftmq_raft::serve::MAX_HEADER_LIST_SIZE as usize;
+/// Most CONTINUATION frames one header block may have. A full-size block
+/// needs `MAX_BLOCK / MAX_FRAME` (4); more means empty or tiny frames sent
+/// to keep the connection busy (the "CONTINUATION flood").
+const MAX_CONTINUATIONS: usize = 2 * MAX_BLOCK / MAX_FRAME;
+/// What HPACK counts for each decoded header beyond its name and value
+/// (RFC 7541 §4.1), as h2 does against its header-list limit.
+const ENTRY_OVERHEAD: usize = 32;
 /// Dynamic table size of both HPACK contexts: the protocol default, which
 /// h2 uses unless told otherwise.
 const TABLE_SIZE: usize = 4096;
@@ -97,6 +108,8 @@ struct PendingBlock {
     /// The 5 priority bytes, if the HEADERS frame had them.
     priority: Option<[u8; 5]>,
     block: Vec<u8>,
+    /// CONTINUATION frames received so far.
+    continuations: usize,
 }
 
 fn invalid(m: impl Into<String>) -> io::Error {
@@ -166,11 +179,13 @@ impl Fixer {
                 self.passing = len;
                 continue;
             }
-            if len > MAX_BLOCK {
-                return Err(invalid("HTTP/2: header frame too large"));
+            if len > MAX_FRAME {
+                return Err(invalid("HTTP/2: header frame larger than the 16 KiB frame size"));
             }
+            // Wait for the payload without reserving room for it up front:
+            // the claim is the peer's, and `poll_read` grows the buffer as
+            // bytes actually arrive.
             if self.input.len() < FRAME_HEADER_LEN + len {
-                self.input.reserve(FRAME_HEADER_LEN + len - self.input.len());
                 return Ok(());
             }
             let mut frame = self.input.split_to(FRAME_HEADER_LEN + len);
@@ -213,6 +228,7 @@ impl Fixer {
                 end_stream: flags & FLAG_END_STREAM != 0,
                 priority,
                 block: payload.to_vec(),
+                continuations: 0,
             });
         } else {
             let Some(p) = self.pending.as_mut().filter(|p| p.stream_id == stream_id) else {
@@ -220,6 +236,10 @@ impl Fixer {
             };
             if p.block.len() + payload.len() > MAX_BLOCK {
                 return Err(invalid("HTTP/2: header block too large"));
+            }
+            p.continuations += 1;
+            if p.continuations > MAX_CONTINUATIONS {
+                return Err(invalid("HTTP/2: too many CONTINUATION frames in one header block"));
             }
             p.block.extend_from_slice(&payload);
         }
@@ -238,7 +258,7 @@ impl Fixer {
         let mut size = 0usize;
         self.decoder
             .decode_with_cb(&p.block, |name, value| {
-                size += name.len() + value.len();
+                size += name.len() + value.len() + ENTRY_OVERHEAD;
                 if size <= MAX_BLOCK {
                     headers.push((name.into_owned(), value.into_owned()));
                 }
@@ -471,5 +491,119 @@ mod tests {
         assert!(run(&input, 100).is_err());
         // Not HTTP/2: passed through for h2 to refuse.
         assert_eq!(run(b"GET / HTTP/1.1\r\n\r\n", 4).unwrap(), b"GET / HTTP/1.1\r\n\r\n");
+    }
+
+    #[test]
+    fn oversized_and_flooding_header_frames_are_refused() {
+        // A frame header claiming more than a frame may hold is refused
+        // before any of its payload arrives (and nothing is reserved for it).
+        let mut input = PREFACE.to_vec();
+        input.extend_from_slice(&[0x10, 0, 0, TYPE_HEADERS, 0, 0, 0, 0, 1]);
+        let mut f = Fixer::new();
+        f.input.extend_from_slice(&input);
+        assert!(f.process().is_err());
+        // A frame of the largest size waits for its payload.
+        let mut input = PREFACE.to_vec();
+        input.extend_from_slice(&[0, 0x40, 0, TYPE_HEADERS, 0, 0, 0, 0, 1]);
+        let mut f = Fixer::new();
+        f.input.extend_from_slice(&input);
+        f.process().unwrap();
+        assert!(f.input.capacity() < 2 * MAX_FRAME);
+        // Empty CONTINUATION frames cannot extend a block forever.
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(TYPE_HEADERS, 0, 1, &[]));
+        for _ in 0..=MAX_CONTINUATIONS {
+            input.extend(frame(TYPE_CONTINUATION, 0, 1, &[]));
+        }
+        let err = run(&input, 4096).unwrap_err();
+        assert!(err.to_string().contains("CONTINUATION"), "{err}");
+        // Many small headers: the 32-byte entry overhead counts.
+        let mut enc = loona_hpack::Encoder::new();
+        let names: Vec<Vec<u8>> = (0..(MAX_BLOCK / ENTRY_OVERHEAD))
+            .map(|i| format!("h{i}").into_bytes())
+            .collect();
+        let block = enc.encode(names.iter().map(|n| (n.as_slice(), &b""[..])));
+        let mut input = PREFACE.to_vec();
+        let mut chunks = block.chunks(MAX_FRAME).peekable();
+        let mut first = true;
+        while let Some(c) = chunks.next() {
+            let end = if chunks.peek().is_none() { FLAG_END_HEADERS } else { 0 };
+            let kind = if first { TYPE_HEADERS } else { TYPE_CONTINUATION };
+            input.extend(frame(kind, end, 1, c));
+            first = false;
+        }
+        let err = run(&input, 4096).unwrap_err();
+        assert!(err.to_string().contains("too large"), "{err}");
+    }
+
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::super::*;
+        use super::{frame, headers_of, run};
+
+        /// One client frame: a type (mostly header frames), flags, a stream
+        /// and a payload of raw bytes.
+        fn any_frame() -> impl Strategy<Value = Vec<u8>> {
+            (
+                prop_oneof![Just(TYPE_HEADERS), Just(TYPE_CONTINUATION), Just(0u8), any::<u8>()],
+                any::<u8>(),
+                0u32..4,
+                proptest::collection::vec(any::<u8>(), 0..64),
+            )
+                .prop_map(|(kind, flags, stream, payload)| frame(kind, flags, stream, &payload))
+        }
+
+        proptest! {
+            // PROPTEST_CASES sets the count (256 unless told): a longer run
+            // is `PROPTEST_CASES=100000 cargo test h2_authority`.
+
+            /// Whatever a client sends is an error or output, never a panic,
+            /// and the output never holds more than the input can explain.
+            #[test]
+            fn arbitrary_frames_never_panic(
+                frames in proptest::collection::vec(any_frame(), 0..24),
+                raw in proptest::collection::vec(any::<u8>(), 0..256),
+                chunk in 1usize..100,
+            ) {
+                let mut input = PREFACE.to_vec();
+                for f in &frames {
+                    input.extend_from_slice(f);
+                }
+                input.extend_from_slice(&raw);
+                if let Ok(out) = run(&input, chunk) {
+                    prop_assert!(out.len() <= input.len() * 2 + 64 * 1024);
+                }
+            }
+
+            /// Valid requests come out with the same headers, the authority
+            /// cut to its first address, however the bytes are split.
+            #[test]
+            fn valid_requests_survive_any_split(
+                authorities in proptest::collection::vec("[a-z0-9.:,]{0,40}", 1..6),
+                chunk in 1usize..200,
+            ) {
+                let mut enc = loona_hpack::Encoder::new();
+                let mut input = PREFACE.to_vec();
+                for (i, a) in authorities.iter().enumerate() {
+                    let block = enc.encode([
+                        (&b":method"[..], &b"POST"[..]),
+                        (b":authority", a.as_bytes()),
+                        (b"x-n", i.to_string().as_bytes()),
+                    ]);
+                    input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 2 * i as u32 + 1, &block));
+                }
+                let out = run(&input, chunk).unwrap();
+                let blocks = headers_of(&out);
+                prop_assert_eq!(blocks.len(), authorities.len());
+                for (i, b) in blocks.iter().enumerate() {
+                    prop_assert!(b.contains(&(b"x-n".to_vec(), i.to_string().into_bytes())));
+                    if let Some((_, a)) = b.iter().find(|(n, _)| n == b":authority") {
+                        prop_assert!(tonic::codegen::http::uri::Authority::try_from(a.as_slice()).is_ok());
+                        prop_assert!(authorities[i].as_bytes().starts_with(a));
+                    }
+                }
+            }
+        }
     }
 }
