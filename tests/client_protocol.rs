@@ -227,7 +227,12 @@ async fn status_codes_and_malformed_input() {
         .unwrap()
         .into_inner();
     assert_eq!(code(&r.status), Code::InvalidTransactionId);
-    for (handle, want) in [("garbage", Code::BadRequest), ("t1.1.999999.0.id-1", Code::NotFound)] {
+    // A handle in the right shape but not sealed by this group is refused
+    // as garbage is.
+    for (handle, want) in [
+        ("garbage", Code::BadRequest),
+        ("t2.1.999999.0.00000000000000000000000000000000.id-1", Code::BadRequest),
+    ] {
         let r = c
             .recall_message(v2::RecallMessageRequest {
                 topic: topic.clone(),

@@ -54,7 +54,7 @@ async fn timers_and_transactions_survive_a_restart_of_every_node() {
         .map(|i| Outgoing::new("Timed", format!("t{i}")).deliver_at(due + i * 10))
         .collect();
     let sent = client.send_batch(timed).await.unwrap();
-    assert!(sent.iter().all(|r| r.recall_handle.starts_with("t1.")));
+    assert!(sent.iter().all(|r| r.recall_handle.starts_with("t2.")));
     // One recalled before the restart: it must stay recalled.
     assert_eq!(
         client.recall("Timed", &sent[29].recall_handle).await.unwrap(),
@@ -76,7 +76,7 @@ async fn timers_and_transactions_survive_a_restart_of_every_node() {
             .send(Outgoing::new("Txn", format!("x{i}")).transactional())
             .await
             .unwrap();
-        assert!(r.transaction_id.starts_with("x1."), "{r:?}");
+        assert!(r.transaction_id.starts_with("x2."), "{r:?}");
         halves.push(r);
     }
     // Enough entries for a snapshot (every 20) on every node: the held

@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::consumption::{GroupConfig, PopPlan, Popped, Receipt};
 use crate::held::{HeldId, TimerKey};
 use crate::message::{MalformedMessage, Message, MessageView};
+use crate::secret::GroupSecret;
 
 pub const KIND_SEND: u8 = 1;
 pub const KIND_ADMIN: u8 = 2;
@@ -185,6 +186,11 @@ pub enum AdminCommand {
     TransactionsChecked {
         ids: Vec<HeldId>,
         at_ms: u64,
+    },
+    /// The group's secret ([`crate::secret`]), if it has none yet: the
+    /// first one committed stays, later ones are ignored.
+    InitSecret {
+        secret: GroupSecret,
     },
 }
 

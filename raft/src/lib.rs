@@ -10,6 +10,7 @@
 //! | [`command`]       | state-machine commands (a Raft entry's data) and their responses    |
 //! | [`consumption`]   | pop-style consumption state: in-flight deliveries, acks, redelivery |
 //! | [`held`]          | timed and half messages held until due or resolved (state only)     |
+//! | [`secret`]        | the group's secret, which keys the MACs of the tokens clients hold  |
 //! | [`entry`]         | entries as CommitLog records and as wire messages                  |
 //! | `raft_meta`       | vote, purged and committed log ids beside the log                   |
 //! | [`log_store`]     | openraft's log storage on the CommitLog, with the log index; reads an entry's messages |
@@ -43,6 +44,7 @@ pub mod message;
 pub mod network;
 pub mod node;
 mod raft_meta;
+pub mod secret;
 pub mod serve;
 pub mod service;
 pub mod state_machine;

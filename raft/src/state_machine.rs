@@ -46,6 +46,7 @@ use crate::error::io_err;
 use crate::held::{self, Held, HeldId};
 use crate::log_store::LogStore;
 use crate::message::tag_hash;
+use crate::secret::GroupSecret;
 use crate::types::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
 /// File name of the current snapshot inside the raft directory.
@@ -66,6 +67,10 @@ pub struct Metadata {
     /// Timed and half messages not yet released ([`crate::held`]).
     #[serde(default)]
     pub held: Held,
+    /// Keys the MACs of client tokens ([`crate::secret`]); none until the
+    /// first leader that needs it proposes one.
+    #[serde(default)]
+    pub secret: Option<GroupSecret>,
 }
 
 /// What a snapshot holds.
@@ -395,6 +400,9 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
                     .map(|p| consumption::apply_pop(&mut md.consumption, p, index))
                     .collect(),
             );
+        }
+        AdminCommand::InitSecret { secret } => {
+            md.secret.get_or_insert(secret);
         }
         AdminCommand::Ack { group, topic, receipts } => {
             return Response::Acked(consumption::apply_ack(&mut md.consumption, &group, &topic, &receipts));

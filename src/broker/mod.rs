@@ -8,6 +8,7 @@
 //! | [`batcher`]        | group commit: concurrent sends packed into one Raft entry     |
 //! | [`pop`]            | pop consumption at the leader: receive, long polling, ack, DLQ |
 //! | [`receipt`]        | receipt handles                                              |
+//! | [`seal`]           | MACs on the tokens clients hold, keyed by the group's secret |
 //! | [`progress`]       | consumer groups' offsets, lag and in-flight counts per queue |
 //! | [`held`]           | timed and transactional messages: stored, then released      |
 //! | [`internal_topic`] | topics the broker creates for itself (dead-letter, system)   |
@@ -29,6 +30,7 @@ pub mod progress;
 pub mod read;
 pub mod receipt;
 pub mod registration;
+pub mod seal;
 pub mod status;
 
 use std::collections::HashMap;

@@ -25,7 +25,7 @@ use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
 
-use crate::broker::receipt;
+use crate::broker::{receipt, seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::filter::Filter;
@@ -214,6 +214,8 @@ impl Popper {
         if planned.plans.is_empty() {
             return Ok((Vec::new(), planned.next_visible_ms));
         }
+        // Before the pop: the deliveries must get handles their consumer can use.
+        let seal = seal::of(&self.node).await?;
         let (_, resp) = self
             .node
             .write(Command::admin(&AdminCommand::Pop(planned.plans.clone())))
@@ -241,7 +243,7 @@ impl Popper {
                         queue_id: plan.queue_id,
                         offset,
                         attempt,
-                        receipt: receipt::encode(&receipt),
+                        receipt: receipt::encode(&seal, &r.group, &r.topic, &receipt),
                         bytes: bytes::Bytes::copy_from_slice(&bytes),
                     }),
                     Err(e) => {
@@ -391,6 +393,7 @@ impl Popper {
         r: &Receipt,
         invisible: Duration,
     ) -> Result<Option<String>, BrokerError> {
+        let seal = seal::of(&self.node).await?;
         let cmd = Command::admin(&AdminCommand::ChangeInvisible {
             group: group.to_string(),
             topic: topic.to_string(),
@@ -398,7 +401,7 @@ impl Popper {
             visible_at_ms: now_ms().saturating_add(invisible.as_millis() as u64),
         });
         match self.node.write(cmd).await?.1 {
-            Response::Changed(h) => Ok(h.map(|handle| receipt::encode(&Receipt { handle, ..*r }))),
+            Response::Changed(h) => Ok(h.map(|handle| receipt::encode(&seal, group, topic, &Receipt { handle, ..*r }))),
             other => Err(BrokerError::Internal(format!("unexpected response: {other:?}"))),
         }
     }

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use crate::broker::batcher::Batcher;
 use crate::broker::held::{self, Release};
+use crate::broker::seal::{self, Seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::proto::rocketmq::v2::Code;
@@ -49,21 +50,51 @@ const ROLL_MARGIN: Duration = Duration::from_secs(60);
 /// Timers with the same due time looked at to find a rolled one by its id.
 const MAX_SAME_DUE: usize = 4096;
 
-pub fn recall_handle(k: &TimerKey, message_id: &str) -> String {
-    format!("t1.{}.{}.{}.{message_id}", k.due_ms, k.id.index, k.id.ordinal)
+/// Seal domain of recall handles.
+const SEAL_DOMAIN: &str = "recall";
+/// Longest recall handle accepted (numbers, tag and a message id).
+const MAX_HANDLE_LEN: usize = 512;
+
+/// The handle a producer recalls timed message `message_id` of `topic`
+/// with: `t2.<due ms>.<log index>.<ordinal>.<tag>.<message id>`, the tag the
+/// group's seal over topic, message id and the numbers, so a handle cannot
+/// be made from a message id alone.
+pub fn recall_handle(seal: &Seal, topic: &str, k: &TimerKey, message_id: &str) -> String {
+    let numbers = format!("t2.{}.{}.{}", k.due_ms, k.id.index, k.id.ordinal);
+    let tag = seal.tag(
+        SEAL_DOMAIN,
+        &[topic.as_bytes(), message_id.as_bytes(), numbers.as_bytes()],
+    );
+    format!("{numbers}.{tag}.{message_id}")
 }
 
-/// The timer and message id a recall handle names.
-pub fn parse_recall_handle(s: &str) -> Option<(TimerKey, &str)> {
-    let mut parts = s.strip_prefix("t1.")?.splitn(4, '.');
-    let due_ms = parts.next()?.parse().ok()?;
-    let index = parts.next()?.parse().ok()?;
-    let ordinal = parts.next()?.parse().ok()?;
+/// The timer and message id a recall handle names, if the handle is one
+/// this group gave for `topic`.
+pub fn parse_recall_handle<'a>(seal: &Seal, topic: &str, s: &'a str) -> Option<(TimerKey, &'a str)> {
+    if s.len() > MAX_HANDLE_LEN {
+        return None;
+    }
+    let mut parts = s.strip_prefix("t2.")?.splitn(5, '.');
+    let due = parts.next()?;
+    let index = parts.next()?;
+    let ordinal = parts.next()?;
+    let tag = parts.next()?;
     let message_id = parts.next().filter(|m| !m.is_empty())?;
+    let numbers = format!("t2.{due}.{index}.{ordinal}");
+    if !seal.verify(
+        SEAL_DOMAIN,
+        &[topic.as_bytes(), message_id.as_bytes(), numbers.as_bytes()],
+        tag,
+    ) {
+        return None;
+    }
     Some((
         TimerKey {
-            due_ms,
-            id: HeldId { index, ordinal },
+            due_ms: due.parse().ok()?,
+            id: HeldId {
+                index: index.parse().ok()?,
+                ordinal: ordinal.parse().ok()?,
+            },
         },
         message_id,
     ))
@@ -71,8 +102,13 @@ pub fn parse_recall_handle(s: &str) -> Option<(TimerKey, &str)> {
 
 /// Cancels a pending timed message of `topic`; returns its message id.
 pub async fn recall(broker: &Broker, topic: &str, handle: &str) -> Result<String, BrokerError> {
-    let (key, message_id) = parse_recall_handle(handle)
-        .ok_or_else(|| BrokerError::Refused(Code::BadRequest, format!("{handle:?} is not a recall handle")))?;
+    let seal = seal::of(&broker.node).await?;
+    let (key, message_id) = parse_recall_handle(&seal, topic, handle).ok_or_else(|| {
+        BrokerError::Refused(
+            Code::BadRequest,
+            format!("{handle:?} is not a recall handle of topic {topic}"),
+        )
+    })?;
     let not_pending = || {
         BrokerError::Refused(
             Code::NotFound,
@@ -310,20 +346,25 @@ mod tests {
 
     #[test]
     fn recall_handles_round_trip_and_reject_garbage() {
+        let seal = Seal::new(raftmq_raft::secret::GroupSecret::from_bytes([5; 32]));
         let k = TimerKey::from((1_700_000_000_123, 42, 3));
-        let h = recall_handle(&k, "01AB.CD");
-        assert_eq!(parse_recall_handle(&h), Some((k, "01AB.CD")));
+        let h = recall_handle(&seal, "T", &k, "01AB.CD");
+        assert_eq!(parse_recall_handle(&seal, "T", &h), Some((k, "01AB.CD")));
+        // Another topic, another message id or time, the old unsealed form.
+        assert_eq!(parse_recall_handle(&seal, "U", &h), None);
+        assert_eq!(parse_recall_handle(&seal, "T", &h.replace("01AB.CD", "01AB.CE")), None);
+        assert_eq!(parse_recall_handle(&seal, "T", &h.replacen(".42.", ".43.", 1)), None);
         for bad in [
             "",
-            "t1.",
-            "t1.1.2",
-            "t1.1.2.3",
-            "t1.1.2.3.",
-            "t2.1.2.3.x",
-            "t1.a.2.3.x",
-            "t1.1.2.-3.x",
+            "t1.1.2.3.x",
+            "t2.",
+            "t2.1.2.3",
+            "t2.1.2.3.",
+            "t2.1.2.3.00.x",
+            "t2.a.2.3.x.y",
+            &"t2.".repeat(300),
         ] {
-            assert_eq!(parse_recall_handle(bad), None, "{bad}");
+            assert_eq!(parse_recall_handle(&seal, "T", bad), None, "{bad}");
         }
     }
 }

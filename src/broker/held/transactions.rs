@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use crate::broker::held;
 use crate::broker::metrics::OutcomeLabels;
+use crate::broker::seal::{self, Seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::proto::pb;
@@ -42,12 +43,37 @@ const MAX_CHECKS_PER_TICK: usize = 256;
 /// Check-backs under way at once.
 const CONCURRENT_CHECKS: usize = 16;
 
-pub fn transaction_id(id: HeldId) -> String {
-    format!("x1.{}.{}", id.index, id.ordinal)
+/// Seal domain of transaction ids.
+const SEAL_DOMAIN: &str = "transaction";
+/// Longest transaction id accepted (the format needs at most 76 characters).
+const MAX_ID_LEN: usize = 128;
+
+/// The id of half message `id` (message `message_id` of `topic`), given to
+/// its producer: `x2.<log index>.<ordinal>.<tag>`, the tag the group's seal
+/// over topic, message id and the text before it, so an id cannot be
+/// guessed from the message id and log position, nor used for another
+/// message.
+pub fn transaction_id(seal: &Seal, topic: &str, message_id: &str, id: HeldId) -> String {
+    let body = format!("x2.{}.{}", id.index, id.ordinal);
+    let tag = seal.tag(SEAL_DOMAIN, &[topic.as_bytes(), message_id.as_bytes(), body.as_bytes()]);
+    format!("{body}.{tag}")
 }
 
-pub fn parse_transaction_id(s: &str) -> Option<HeldId> {
-    let mut parts = s.strip_prefix("x1.")?.split('.');
+/// The half message a transaction id names, if the id is one this group
+/// gave for `message_id` of `topic`.
+pub fn parse_transaction_id(seal: &Seal, topic: &str, message_id: &str, s: &str) -> Option<HeldId> {
+    if s.len() > MAX_ID_LEN {
+        return None;
+    }
+    let (body, tag) = s.rsplit_once('.')?;
+    if !seal.verify(
+        SEAL_DOMAIN,
+        &[topic.as_bytes(), message_id.as_bytes(), body.as_bytes()],
+        tag,
+    ) {
+        return None;
+    }
+    let mut parts = body.strip_prefix("x2.")?.split('.');
     let index = parts.next()?.parse().ok()?;
     let ordinal = parts.next()?.parse().ok()?;
     parts.next().is_none().then_some(HeldId { index, ordinal })
@@ -77,7 +103,8 @@ pub async fn end(
             format!("{transaction_id:?} is not a pending transaction of message {message_id} in topic {topic}"),
         )
     };
-    let id = parse_transaction_id(transaction_id).ok_or_else(invalid)?;
+    let seal = seal::of(&broker.node).await?;
+    let id = parse_transaction_id(&seal, topic, message_id, transaction_id).ok_or_else(invalid)?;
     // A new leader may not have applied everything committed yet.
     broker.node.linearizable().await?;
     let pending = broker.node.sm.with_metadata(|m| {
@@ -137,9 +164,14 @@ pub async fn end(
 /// this node. False if none is.
 pub fn check_locally(broker: &Broker, topic: &str, id: HeldId, view: &MessageView<'_>) -> bool {
     let producers = broker.clients.producers_of(topic);
+    // Made with the first half message's transaction id, so present.
+    let Some(seal) = seal::current(&broker.node) else {
+        return false;
+    };
     if producers.is_empty() {
         return false;
     }
+    let transaction_id = transaction_id(&seal, topic, view.message_id, id);
     let addr = broker.client_addr();
     let message = v2_message::outgoing(
         view,
@@ -159,14 +191,14 @@ pub fn check_locally(broker: &Broker, topic: &str, id: HeldId, view: &MessageVie
         command: Some(v2::telemetry_command::Command::RecoverOrphanedTransactionCommand(
             v2::RecoverOrphanedTransactionCommand {
                 message: Some(message),
-                transaction_id: transaction_id(id),
+                transaction_id: transaction_id.clone(),
             },
         )),
     };
     // Any one live producer will do; a full stream is skipped.
     for (client, tx) in producers {
         if tx.try_send(Ok(cmd.clone())).is_ok() {
-            tracing::debug!(client, topic, transaction = transaction_id(id), "sent a check-back");
+            tracing::debug!(client, topic, transaction = transaction_id, "sent a check-back");
             broker.metrics.transaction_checks.inc();
             return true;
         }
@@ -316,10 +348,26 @@ mod tests {
 
     #[test]
     fn transaction_ids_round_trip_and_reject_garbage() {
+        let seal = Seal::new(raftmq_raft::secret::GroupSecret::from_bytes([7; 32]));
         let id = HeldId { index: 99, ordinal: 2 };
-        assert_eq!(parse_transaction_id(&transaction_id(id)), Some(id));
-        for bad in ["", "x1.", "x1.1", "x1.1.2.3", "t1.1.2", "x1.a.2"] {
-            assert_eq!(parse_transaction_id(bad), None, "{bad}");
+        let t = transaction_id(&seal, "T", "M", id);
+        assert_eq!(parse_transaction_id(&seal, "T", "M", &t), Some(id));
+        // Another message or topic, another group's secret.
+        assert_eq!(parse_transaction_id(&seal, "T", "N", &t), None);
+        assert_eq!(parse_transaction_id(&seal, "U", "M", &t), None);
+        let other = Seal::new(raftmq_raft::secret::GroupSecret::from_bytes([8; 32]));
+        assert_eq!(parse_transaction_id(&other, "T", "M", &t), None);
+        // The old unsealed form, and garbage.
+        for bad in [
+            "",
+            "x1.99.2",
+            "x2.",
+            "x2.99.2",
+            "x2.99.2.3.0",
+            "t1.1.2",
+            &"x2.".repeat(100),
+        ] {
+            assert_eq!(parse_transaction_id(&seal, "T", "M", bad), None, "{bad}");
         }
     }
 }

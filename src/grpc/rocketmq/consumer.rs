@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 
 use super::service::*;
 use crate::broker::pop::Receive;
-use crate::broker::receipt;
+use crate::broker::{receipt, seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::filter::Filter;
@@ -51,8 +51,12 @@ pub(super) async fn ack_message(
             |req| async move {
                 let group = group_name(req.group.as_ref())?;
                 let topic = topic_name(req.topic.as_ref())?;
-                let decoded: Vec<Option<Receipt>> =
-                    req.entries.iter().map(|e| receipt::decode(&e.receipt_handle)).collect();
+                let seal = seal::of(&svc.broker.node).await?;
+                let decoded: Vec<Option<Receipt>> = req
+                    .entries
+                    .iter()
+                    .map(|e| receipt::decode(&seal, &group, &topic, &e.receipt_handle))
+                    .collect();
                 let valid: Vec<Receipt> = decoded.iter().flatten().copied().collect();
                 let mut acked = if valid.is_empty() {
                     Vec::new()
@@ -68,7 +72,7 @@ pub(super) async fn ack_message(
                         message_id: e.message_id.clone(),
                         receipt_handle: e.receipt_handle.clone(),
                         status: Some(match d {
-                            None => decode_receipt(&e.receipt_handle)
+                            None => decode_receipt(&seal, &group, &topic, &e.receipt_handle)
                                 .err()
                                 .map_or_else(ok, |e| e.v2_status()),
                             Some(_) if acked.next() == Some(true) => ok(),
@@ -109,7 +113,8 @@ pub(super) async fn change_invisible_duration(
             |req| async move {
                 let group = group_name(req.group.as_ref())?;
                 let topic = topic_name(req.topic.as_ref())?;
-                let r = decode_receipt(&req.receipt_handle)?;
+                let seal = seal::of(&svc.broker.node).await?;
+                let r = decode_receipt(&seal, &group, &topic, &req.receipt_handle)?;
                 // Zero is allowed here: it makes the message visible again now (a nack).
                 let invisible = invisible_time(req.invisible_duration.as_ref(), Duration::ZERO, Duration::ZERO)?;
                 Ok(
@@ -151,7 +156,8 @@ pub(super) async fn forward_message_to_dead_letter_queue(
             |req| async move {
                 let group = group_name(req.group.as_ref())?;
                 let topic = topic_name(req.topic.as_ref())?;
-                let r = decode_receipt(&req.receipt_handle)?;
+                let seal = seal::of(&svc.broker.node).await?;
+                let r = decode_receipt(&seal, &group, &topic, &req.receipt_handle)?;
                 let moved = svc.broker.popper.dead_letter(&group, &topic, &r).await?;
                 Ok(v2::ForwardMessageToDeadLetterQueueResponse {
                     status: Some(if moved { ok() } else { stale_receipt() }),

@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 
 use super::service::*;
 use crate::broker::held::ToHold;
+use crate::broker::seal;
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::proto::rocketmq::v2;
@@ -199,21 +200,29 @@ async fn send_local(
             continue;
         }
         let (idx, held): (Vec<usize>, Vec<ToHold>) = held.into_iter().unzip();
-        let dues: Vec<Option<u64>> = held.iter().map(|h| h.due_ms).collect();
+        let dues: Vec<(String, Option<u64>)> = held.iter().map(|h| (h.topic.clone(), h.due_ms)).collect();
+        // Before storing: a held message must get a handle its producer can use.
+        let seal = seal::of(&svc.broker.node).await?;
         let r = crate::broker::held::store(&svc.broker, system_topic, held).await;
         for (k, i) in idx.iter().enumerate() {
             entries[*i] = Some(match &r {
                 Ok(held_ids) => {
                     let id = held_ids[k];
-                    let (transaction_id, recall_handle) = match dues[k] {
+                    let (topic, due) = &dues[k];
+                    let (transaction_id, recall_handle) = match *due {
                         Some(due_ms) => (
                             String::new(),
                             crate::broker::held::timers::recall_handle(
+                                &seal,
+                                topic,
                                 &raftmq_raft::held::TimerKey { due_ms, id },
                                 &ids[*i],
                             ),
                         ),
-                        None => (crate::broker::held::transactions::transaction_id(id), String::new()),
+                        None => (
+                            crate::broker::held::transactions::transaction_id(&seal, topic, &ids[*i], id),
+                            String::new(),
+                        ),
                     };
                     v2::SendResultEntry {
                         status: Some(ok()),

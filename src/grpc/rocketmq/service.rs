@@ -18,6 +18,7 @@ use tonic::{Request, Status, Streaming};
 use crate::broker::Broker;
 use crate::broker::pop::{self, MAX_INVISIBLE};
 use crate::broker::receipt;
+use crate::broker::seal::Seal;
 use crate::client::route_cache::RouteCache;
 use crate::error::BrokerError;
 use crate::grpc;
@@ -150,11 +151,12 @@ pub(super) fn offset_reply<T>(r: Result<u64, BrokerError>, reply: impl FnOnce(v2
     }
 }
 
-pub(super) fn decode_receipt(s: &str) -> Result<Receipt, BrokerError> {
-    receipt::decode(s).ok_or_else(|| {
+/// A receipt handle of `group` and `topic`, checked against its seal.
+pub(super) fn decode_receipt(seal: &Seal, group: &str, topic: &str, s: &str) -> Result<Receipt, BrokerError> {
+    receipt::decode(seal, group, topic, s).ok_or_else(|| {
         BrokerError::Refused(
             Code::InvalidReceiptHandle,
-            "the receipt handle is malformed (not one this broker gave out)".into(),
+            "the receipt handle is malformed, or not one this broker gave this group for this topic".into(),
         )
     })
 }
