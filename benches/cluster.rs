@@ -84,6 +84,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             clock_offset_file: None,
             timer: Default::default(),
             transaction: Default::default(),
+            limits: Default::default(),
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

@@ -80,6 +80,9 @@ impl From<BrokerError> for Status {
                 | V2Code::MessageNotFound
                 | V2Code::OffsetNotFound => Code::NotFound,
                 V2Code::Unsupported | V2Code::NotImplemented => Code::Unimplemented,
+                V2Code::TooManyRequests => Code::ResourceExhausted,
+                V2Code::Forbidden => Code::PermissionDenied,
+                V2Code::Unauthorized => Code::Unauthenticated,
                 _ => Code::InvalidArgument,
             },
         };
@@ -98,7 +101,9 @@ impl From<Status> for BrokerError {
             // A connection that died mid-call (the leader crashed): the
             // request may or may not have been applied.
             Code::Unknown => BrokerError::OutcomeUnknown(format!("the call to the leader failed: {m}")),
-            Code::ResourceExhausted => BrokerError::DiskFull(m),
+            Code::ResourceExhausted if m.starts_with("disk full") => BrokerError::DiskFull(m),
+            Code::ResourceExhausted => BrokerError::Refused(V2Code::TooManyRequests, m),
+            Code::PermissionDenied => BrokerError::Refused(V2Code::Forbidden, m),
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => BrokerError::Unavailable(m),
             _ => BrokerError::Internal(m),
         }

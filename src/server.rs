@@ -12,9 +12,6 @@ use crate::grpc::h2_authority::LenientAuthority;
 use crate::grpc::raftmq::BrokerService;
 use crate::grpc::rocketmq::MessagingService;
 
-/// Concurrent streams per client connection.
-pub const CLIENT_MAX_STREAMS: u32 = 1024;
-
 /// A started node with its client services.
 pub struct RunningBroker {
     pub broker: Arc<Broker>,
@@ -46,11 +43,19 @@ impl RunningBroker {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         // Clients multiplex long polls (one per assigned queue) on one
         // connection: room for many, not for unbounded.
-        let router = raftmq_raft::serve::builder(CLIENT_MAX_STREAMS)
+        let limits = &broker.cfg.limits;
+        let router = raftmq_raft::serve::builder(limits.max_streams_per_connection)
             .add_service(BrokerService::new(broker.clone()))
             .add_service(MessagingService::new(broker.clone()));
         // Official clients may send a multi-address :authority (see h2_authority).
-        let server = raftmq_raft::serve::spawn_wrapped(listener, router, stopped, "client", LenientAuthority::new);
+        let server = raftmq_raft::serve::spawn_wrapped(
+            listener,
+            router,
+            stopped,
+            "client",
+            limits.max_connections,
+            LenientAuthority::new,
+        );
         let registration = tokio::spawn(crate::broker::registration::run(broker.clone(), stop.subscribe()));
         // Leader duties; the tasks end with `stop`.
         crate::broker::held::timers::spawn(broker.clone(), stop.subscribe());

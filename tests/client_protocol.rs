@@ -8,106 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Cluster;
+use common::v2::*;
 use raftmq::proto::rocketmq::v2;
 use raftmq::proto::rocketmq::v2::Code;
-use raftmq::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
-use tonic::transport::Channel;
-
-async fn client(c: &Cluster, id: u64) -> MessagingServiceClient<Channel> {
-    let addr = format!("http://{}", c.node(id).client_addr);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match MessagingServiceClient::connect(addr.clone()).await {
-            Ok(c) => return c,
-            Err(e) if Instant::now() > deadline => panic!("node {id}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
-
-fn resource(name: &str) -> Option<v2::Resource> {
-    Some(v2::Resource {
-        resource_namespace: String::new(),
-        name: name.into(),
-    })
-}
-
-fn msg(topic: &str, id: &str, body: &[u8]) -> v2::Message {
-    v2::Message {
-        topic: resource(topic),
-        user_properties: Default::default(),
-        system_properties: Some(v2::SystemProperties {
-            message_id: id.into(),
-            tag: Some("TagA".into()),
-            keys: vec!["key1".into()],
-            message_type: v2::MessageType::Normal as i32,
-            ..Default::default()
-        }),
-        body: body.to_vec().into(),
-    }
-}
-
-fn code(s: &Option<v2::Status>) -> Code {
-    Code::try_from(s.as_ref().map_or(0, |s| s.code)).unwrap_or(Code::Unspecified)
-}
-
-async fn send(c: &mut MessagingServiceClient<Channel>, messages: Vec<v2::Message>) -> v2::SendMessageResponse {
-    c.send_message(v2::SendMessageRequest { messages })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-/// Receives with a short long-poll; returns (status code, messages).
-async fn receive(
-    c: &mut MessagingServiceClient<Channel>,
-    group: &str,
-    topic: &str,
-    filter: v2::FilterExpression,
-    invisible_s: i64,
-    wait_ms: i32,
-) -> (Code, Vec<v2::Message>) {
-    let req = v2::ReceiveMessageRequest {
-        group: resource(group),
-        message_queue: Some(v2::MessageQueue {
-            topic: resource(topic),
-            ..Default::default()
-        }),
-        filter_expression: Some(filter),
-        batch_size: 32,
-        invisible_duration: Some(prost_types::Duration {
-            seconds: invisible_s,
-            nanos: 0,
-        }),
-        auto_renew: false,
-        long_polling_timeout: Some(prost_types::Duration {
-            seconds: i64::from(wait_ms / 1000),
-            nanos: (wait_ms % 1000) * 1_000_000,
-        }),
-        attempt_id: None,
-    };
-    let mut stream = c.receive_message(req).await.unwrap().into_inner();
-    let (mut status, mut messages, mut delivery_ts) = (Code::Unspecified, Vec::new(), false);
-    while let Some(r) = stream.message().await.unwrap() {
-        match r.content {
-            Some(v2::receive_message_response::Content::Status(s)) => status = Code::try_from(s.code).unwrap(),
-            Some(v2::receive_message_response::Content::Message(m)) => messages.push(m),
-            Some(v2::receive_message_response::Content::DeliveryTimestamp(_)) => delivery_ts = true,
-            None => panic!("empty response item"),
-        }
-    }
-    if matches!(status, Code::Ok | Code::MessageNotFound) {
-        assert!(delivery_ts, "a receive ends with the delivery timestamp");
-    }
-    (status, messages)
-}
-
-fn tags(expr: &str) -> v2::FilterExpression {
-    v2::FilterExpression {
-        r#type: v2::FilterType::Tag as i32,
-        expression: expr.into(),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_codes_and_malformed_input() {
@@ -502,12 +405,15 @@ async fn telemetry_answers_settings() {
     let mut cluster = Cluster::start(dir.path(), 1, "async");
     cluster.leader().await;
     let mut c = client(&cluster, 1).await;
+    // A stream without a client id is refused before it opens.
+    let (_, rx) = tokio::sync::mpsc::channel(1);
+    let refused = c.telemetry(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
+    assert_eq!(refused.unwrap_err().code(), tonic::Code::InvalidArgument);
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let mut replies = c
-        .telemetry(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut open = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    open.metadata_mut()
+        .insert("x-mq-client-id", "telemetry-client".parse().unwrap());
+    let mut replies = c.telemetry(open).await.unwrap().into_inner();
     let settings = |pub_sub| v2::TelemetryCommand {
         status: None,
         command: Some(v2::telemetry_command::Command::Settings(v2::Settings {

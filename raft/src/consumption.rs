@@ -54,6 +54,10 @@ pub struct QueueState {
     pub next: u64,
     /// Delivered, not yet acknowledged.
     pub inflight: BTreeMap<u64, InFlight>,
+    /// Counts the changes applied to this state (wrapping), so a waiting
+    /// receive can tell cheaply whether re-planning could find anything new.
+    #[serde(default)]
+    pub changes: u64,
 }
 
 impl QueueState {
@@ -125,10 +129,11 @@ pub fn apply_pop(c: &mut Consumption, p: PopPlan, handle: u64) -> Popped {
         // A queue's state starts with its first fresh delivery.
         (None, Some(f)) => queues.entry(p.queue_id).or_insert_with(|| QueueState {
             next: f.from,
-            inflight: BTreeMap::new(),
+            ..QueueState::default()
         }),
         (None, None) => return Popped { handle, delivered },
     };
+    q.changes = q.changes.wrapping_add(1);
     for (offset, expected) in p.redeliver {
         if let Some(f) = q.inflight.get_mut(&offset)
             && f.handle == expected
@@ -175,6 +180,7 @@ pub fn apply_ack(c: &mut Consumption, group: &str, topic: &str, receipts: &[Rece
             match q.inflight.get(&r.offset) {
                 Some(f) if f.handle == r.handle => {
                     q.inflight.remove(&r.offset);
+                    q.changes = q.changes.wrapping_add(1);
                     true
                 }
                 _ => false,
@@ -193,34 +199,30 @@ pub fn apply_change_invisible(
     visible_at_ms: u64,
     handle: u64,
 ) -> Option<u64> {
-    let f = c
-        .get_mut(group)?
-        .get_mut(topic)?
-        .get_mut(&r.queue_id)?
-        .inflight
-        .get_mut(&r.offset)?;
+    let q = c.get_mut(group)?.get_mut(topic)?.get_mut(&r.queue_id)?;
+    let f = q.inflight.get_mut(&r.offset)?;
     if f.handle != r.handle {
         return None;
     }
     f.handle = handle;
     f.visible_at_ms = visible_at_ms;
+    q.changes = q.changes.wrapping_add(1);
     Some(handle)
 }
 
 /// Sets a group's position in a queue (offset resets): everything in flight
 /// is dropped and delivery continues at `offset`.
 pub fn apply_reset(c: &mut Consumption, group: &str, topic: &str, queue_id: u32, offset: u64) {
-    c.entry(group.to_string())
+    let q = c
+        .entry(group.to_string())
         .or_default()
         .entry(topic.to_string())
         .or_default()
-        .insert(
-            queue_id,
-            QueueState {
-                next: offset,
-                inflight: BTreeMap::new(),
-            },
-        );
+        .entry(queue_id)
+        .or_default();
+    q.next = offset;
+    q.inflight.clear();
+    q.changes = q.changes.wrapping_add(1);
 }
 
 #[cfg(test)]

@@ -113,6 +113,10 @@ impl NodeConfig {
 }
 
 /// A running node.
+/// Connections the Raft port holds at once: peers only, which keep one or
+/// two each.
+pub const RAFT_MAX_CONNECTIONS: usize = 256;
+
 pub struct RaftNode {
     pub id: NodeId,
     pub raft: Raft,
@@ -154,10 +158,11 @@ impl RaftNode {
         .map_err(|e| RaftError::Fatal(e.to_string()))?;
 
         let (stop, stopped) = watch::channel(false);
-        // A few streams per peer: replication, heartbeats, votes, snapshots.
+        // A few streams per peer: replication, heartbeats, votes, snapshots;
+        // a few connections per peer, with room for reconnects.
         let router = crate::serve::builder(64)
             .add_service(RaftService::new(raft.clone(), &cfg.group, cfg.node_id).into_server());
-        let server = crate::serve::spawn(listener, router, stopped, "raft transport");
+        let server = crate::serve::spawn(listener, router, stopped, "raft transport", RAFT_MAX_CONNECTIONS);
 
         let node = Arc::new(RaftNode {
             id: cfg.node_id,

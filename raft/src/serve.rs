@@ -1,11 +1,14 @@
 //! Serving gRPC on an already bound listener, the way every raftmq server
 //! does it (Raft transport, broker, NameServer).
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::transport::server::{Connected, Router};
 
 /// Pings an idle HTTP/2 connection this often, and drops it when a ping
@@ -36,7 +39,8 @@ pub fn builder(max_streams: u32) -> tonic::transport::Server {
         .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
 }
 
-/// Serves `router` on `listener` until `stop` turns true.
+/// Serves `router` on `listener` until `stop` turns true, holding at most
+/// `max_connections` connections at once.
 ///
 /// Accepted sockets get TCP_NODELAY here: tonic's `Server::tcp_nodelay`
 /// does not reach the sockets of a custom incoming stream, and without it
@@ -46,28 +50,63 @@ pub fn spawn(
     router: Router,
     stop: watch::Receiver<bool>,
     what: &'static str,
+    max_connections: usize,
 ) -> tokio::task::JoinHandle<()> {
-    spawn_wrapped(listener, router, stop, what, |s| s)
+    spawn_wrapped(listener, router, stop, what, max_connections, |s| s)
 }
 
 /// As [`spawn`], with each accepted socket wrapped by `wrap` before tonic
 /// sees it.
+///
+/// The accept loop is ours, not tonic's: tonic retries a failed accept at
+/// once, which spins a core while the process is out of file descriptors;
+/// here failures back off (10 ms, doubling to 1 s). A connection past
+/// `max_connections` is closed as soon as it is accepted.
 pub fn spawn_wrapped<IO, F>(
     listener: TcpListener,
     router: Router,
     mut stop: watch::Receiver<bool>,
     what: &'static str,
+    max_connections: usize,
     wrap: F,
 ) -> tokio::task::JoinHandle<()>
 where
     F: Fn(TcpStream) -> IO + Send + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
+    let permits = Arc::new(Semaphore::new(max_connections));
+    let incoming = futures::stream::unfold(
+        (listener, permits, wrap, 0u64),
+        move |(l, permits, wrap, mut refused)| async move {
+            let mut backoff = ACCEPT_BACKOFF_MIN;
+            loop {
+                match l.accept().await {
+                    Ok((s, peer)) => {
+                        let Ok(permit) = permits.clone().try_acquire_owned() else {
+                            if refused % 1000 == 0 {
+                                tracing::warn!(%peer, refused = refused + 1, "{what}: {max_connections} connections open, the limit: closing new ones");
+                            }
+                            refused += 1;
+                            drop(s);
+                            continue;
+                        };
+                        let _ = s.set_nodelay(true);
+                        let io = Counted {
+                            inner: wrap(s),
+                            _permit: permit,
+                        };
+                        return Some((Ok::<_, std::io::Error>(io), (l, permits, wrap, refused)));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "{what}: accept failed; retrying in {backoff:?}");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    }
+                }
+            }
+        },
+    );
     tokio::spawn(async move {
-        let incoming =
-            tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), move |s| {
-                s.and_then(|s| s.set_nodelay(true).map(|()| wrap(s)))
-            });
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
@@ -75,4 +114,55 @@ where
             tracing::error!(error = %e, "{what} server failed");
         }
     })
+}
+
+/// First and longest wait after a failed accept.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A connection that holds its place among the port's connections until
+/// it closes.
+struct Counted<IO> {
+    inner: IO,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl<IO: Connected> Connected for Counted<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
 }

@@ -22,6 +22,9 @@ pub struct RaftService {
     raft: Raft,
     group: String,
     node_id: u64,
+    /// One snapshot is received at a time: each buffers up to
+    /// [`MAX_SNAPSHOT_BYTES`] (a group has one leader sending them).
+    installs: Arc<tokio::sync::Semaphore>,
 }
 
 impl RaftService {
@@ -30,6 +33,7 @@ impl RaftService {
             raft,
             group: group.to_string(),
             node_id,
+            installs: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
@@ -113,6 +117,11 @@ impl raft_server::Raft for RaftService {
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotReply>, Status> {
         self.check(&request)?;
+        let _installing = self
+            .installs
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Status::unavailable("another snapshot is being received; retry"))?;
         use pb::snapshot_chunk::Chunk;
         let mut chunks = request.into_inner();
         let header = match chunks.next().await {
@@ -149,6 +158,12 @@ impl raft_server::Raft for RaftService {
         if data.len() as u64 != header.total_len {
             return Err(bad("snapshot data shorter than announced"));
         }
+        let (meta, data) = tokio::task::spawn_blocking(move || {
+            crate::state_machine::check_snapshot(&meta, &data).map(|()| (meta, data))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(bad)?;
         let resp = self
             .raft
             .install_full_snapshot(vote, Snapshot { meta, snapshot: data })

@@ -349,6 +349,38 @@ impl StateMachine {
     }
 }
 
+/// Most queues a snapshot may list (each becomes a ConsumeQueue on
+/// install): as many as 10,000 topics of 100 queues.
+pub const MAX_SNAPSHOT_QUEUES: usize = 1_000_000;
+
+/// Checks a snapshot received from a peer before openraft installs it: an
+/// install that fails is a storage error, which openraft treats as fatal,
+/// so whatever would fail must be refused here. The data must parse, name
+/// the same last log id as its metadata, and list only valid queues of a
+/// bounded number.
+pub fn check_snapshot(meta: &SnapshotMeta, data: &[u8]) -> Result<(), String> {
+    let content: SnapshotContent = serde_json::from_slice(data).map_err(|e| format!("snapshot data: {e}"))?;
+    if content.meta.last_log_id != meta.last_log_id {
+        return Err("the snapshot's data and its metadata name different log ids".into());
+    }
+    if content.queues.len() > MAX_SNAPSHOT_QUEUES {
+        return Err(format!(
+            "the snapshot lists {} queues, more than {MAX_SNAPSHOT_QUEUES}",
+            content.queues.len()
+        ));
+    }
+    for (topic, queue_id, _) in &content.queues {
+        raftmq_store::queue_table::validate_topic(topic).map_err(|e| format!("snapshot queue: {e}"))?;
+        if *queue_id >= crate::command::MAX_QUEUES {
+            return Err(format!(
+                "snapshot queue {topic}/{queue_id}: queue ids are below {}",
+                crate::command::MAX_QUEUES
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A snapshot install by reset writes the snapshot file first, then resets
 /// the store and log. If the log neither holds the snapshot's last entry nor
 /// lists it as purged, a crash came in between: do the reset again (it is
@@ -602,6 +634,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             }
             write_snapshot(&sm.inner.dir, &data)?;
             tracing::info!(last = ?content.meta.last_log_id, bytes = data.len(), "built snapshot");
+            if data.len() as u64 > crate::service::MAX_SNAPSHOT_BYTES {
+                tracing::error!(
+                    bytes = data.len(),
+                    max = crate::service::MAX_SNAPSHOT_BYTES,
+                    "this snapshot is larger than a follower accepts: a follower that needs it cannot catch up; \
+                     delete unused consumer groups and topics"
+                );
+            }
             Ok(Snapshot {
                 meta: content.meta,
                 snapshot: data,

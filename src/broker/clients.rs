@@ -1,21 +1,38 @@
-//! The clients a node knows: who they are (client id, type, group), when
-//! they last spoke, and their Telemetry stream, on which the broker can
-//! send them commands (transaction check-backs).
+//! The clients a node knows: who they are (client id, type, group, the
+//! address they speak from), when they last spoke, and their Telemetry
+//! stream, on which the broker can send them commands (transaction
+//! check-backs).
 //!
 //! Soft state, per node: a client heartbeats every node it talks to, so each
 //! node knows the clients that use it. Entries silent for [`CLIENT_TTL`]
 //! are dropped.
+//!
+//! A client id belongs to the IP address that first used it, for as long
+//! as its entry lives: a caller elsewhere cannot take over another client's
+//! Telemetry stream (and with it the check-backs of its transactions, with
+//! their message bodies), nor say goodbye in its name. The official clients
+//! make their ids from host name, process id and start time, so a real
+//! client never meets this. (Once authentication lands, the credential
+//! binds too.) At most `limits.max_clients` ids are tracked.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use crate::error::BrokerError;
 use crate::proto::rocketmq::v2;
+use crate::proto::rocketmq::v2::Code;
 
 /// A client silent this long is forgotten (RocketMQ: 120 s).
 pub const CLIENT_TTL: Duration = Duration::from_secs(120);
+/// Longest client id accepted (the official clients' are under 64 bytes).
+pub const MAX_CLIENT_ID_LEN: usize = 128;
+/// Expired entries are looked for at most this often (the sweep walks them
+/// all).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Sends server commands down a client's Telemetry stream.
 pub type TelemetrySender = mpsc::Sender<Result<v2::TelemetryCommand, tonic::Status>>;
@@ -26,6 +43,8 @@ pub struct ClientInfo {
     /// Consumer group, or producer group where the client names one.
     pub group: Option<String>,
     pub language: String,
+    /// The address the id belongs to (none: a caller tonic could not name).
+    pub peer: Option<IpAddr>,
     pub last_seen: Instant,
     /// The client's current Telemetry stream (its id, its sender).
     pub telemetry: Option<(u64, TelemetrySender)>,
@@ -33,59 +52,138 @@ pub struct ClientInfo {
     pub topics: Vec<String>,
 }
 
-#[derive(Default)]
+struct Table {
+    clients: HashMap<String, ClientInfo>,
+    swept: Instant,
+}
+
 pub struct Clients {
-    inner: Mutex<HashMap<String, ClientInfo>>,
+    inner: Mutex<Table>,
+    max: usize,
+}
+
+/// Checks a client id from the `x-mq-client-id` header.
+pub fn validate_id(id: &str) -> Result<(), BrokerError> {
+    if id.is_empty() {
+        return Err(BrokerError::Refused(
+            Code::ClientIdRequired,
+            "the x-mq-client-id header is missing".into(),
+        ));
+    }
+    if id.len() > MAX_CLIENT_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(BrokerError::Refused(
+            Code::BadRequest,
+            format!("a client id is at most {MAX_CLIENT_ID_LEN} printable ASCII characters"),
+        ));
+    }
+    Ok(())
 }
 
 impl Clients {
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, ClientInfo>) -> R) -> R {
-        let mut m = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = Instant::now();
-        m.retain(|_, c| now.duration_since(c.last_seen) < CLIENT_TTL);
-        f(&mut m)
+    pub fn new(max: usize) -> Clients {
+        Clients {
+            inner: Mutex::new(Table {
+                clients: HashMap::new(),
+                swept: Instant::now(),
+            }),
+            max,
+        }
     }
 
-    /// Records that a client spoke (heartbeat or settings).
-    pub fn seen(&self, id: &str, client_type: v2::ClientType, group: Option<String>, language: &str) {
-        if id.is_empty() {
-            return;
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, ClientInfo>) -> R) -> R {
+        let mut t = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if now.duration_since(t.swept) >= SWEEP_EVERY {
+            t.clients.retain(|_, c| now.duration_since(c.last_seen) < CLIENT_TTL);
+            t.swept = now;
         }
+        f(&mut t.clients)
+    }
+
+    /// The entry of `id` if `peer` may use it.
+    fn owned<'a>(
+        m: &'a mut HashMap<String, ClientInfo>,
+        id: &str,
+        peer: Option<IpAddr>,
+    ) -> Result<Option<&'a mut ClientInfo>, BrokerError> {
+        match m.get_mut(id) {
+            Some(c) if c.peer != peer && Instant::now().duration_since(c.last_seen) < CLIENT_TTL => {
+                Err(BrokerError::Refused(
+                    Code::Forbidden,
+                    format!("client id {id} is in use by a client at another address"),
+                ))
+            }
+            c => Ok(c),
+        }
+    }
+
+    /// Records that a client spoke (heartbeat or settings) from `peer`.
+    pub fn seen(
+        &self,
+        id: &str,
+        peer: Option<IpAddr>,
+        client_type: v2::ClientType,
+        group: Option<String>,
+        language: &str,
+    ) -> Result<(), BrokerError> {
+        validate_id(id)?;
         self.with(|m| {
-            let e = m.entry(id.to_string()).or_insert_with(|| ClientInfo {
-                client_type,
-                group: None,
-                language: language.to_string(),
-                last_seen: Instant::now(),
-                telemetry: None,
-                topics: Vec::new(),
-            });
-            e.last_seen = Instant::now();
+            let now = Instant::now();
+            let e = match Self::owned(m, id, peer)? {
+                Some(e) => e,
+                None => {
+                    if m.len() >= self.max {
+                        return Err(BrokerError::Refused(
+                            Code::TooManyRequests,
+                            format!("this node tracks {} clients, its limit (limits.max_clients)", m.len()),
+                        ));
+                    }
+                    m.insert(
+                        id.to_string(),
+                        ClientInfo {
+                            client_type,
+                            group: None,
+                            language: language.chars().take(32).collect(),
+                            peer,
+                            last_seen: now,
+                            telemetry: None,
+                            topics: Vec::new(),
+                        },
+                    );
+                    m.get_mut(id).expect("just inserted")
+                }
+            };
+            // An expired entry that was not swept yet is taken over whole.
+            e.peer = peer;
+            e.last_seen = now;
             if client_type != v2::ClientType::Unspecified {
                 e.client_type = client_type;
             }
             if group.as_deref().is_some_and(|g| !g.is_empty()) {
                 e.group = group;
             }
-        });
+            Ok(())
+        })
     }
 
     /// Keeps a client's Telemetry stream for server commands.
-    pub fn attach(&self, id: &str, stream: u64, tx: TelemetrySender) {
+    pub fn attach(&self, id: &str, peer: Option<IpAddr>, stream: u64, tx: TelemetrySender) -> Result<(), BrokerError> {
         self.with(|m| {
-            if let Some(c) = m.get_mut(id) {
+            if let Some(c) = Self::owned(m, id, peer)? {
                 c.telemetry = Some((stream, tx));
             }
-        });
+            Ok(())
+        })
     }
 
     /// Records the topics a producer publishes to.
-    pub fn publishes(&self, id: &str, topics: Vec<String>) {
+    pub fn publishes(&self, id: &str, peer: Option<IpAddr>, topics: Vec<String>) -> Result<(), BrokerError> {
         self.with(|m| {
-            if let Some(c) = m.get_mut(id) {
+            if let Some(c) = Self::owned(m, id, peer)? {
                 c.topics = topics;
             }
-        });
+            Ok(())
+        })
     }
 
     /// Telemetry streams of live producers of `topic`: (client id, sender).
@@ -109,9 +207,14 @@ impl Clients {
         });
     }
 
-    /// A client that said goodbye.
-    pub fn remove(&self, id: &str) {
-        self.with(|m| m.remove(id));
+    /// A client that said goodbye, from its own address.
+    pub fn remove(&self, id: &str, peer: Option<IpAddr>) -> Result<(), BrokerError> {
+        self.with(|m| {
+            if Self::owned(m, id, peer)?.is_some() {
+                m.remove(id);
+            }
+            Ok(())
+        })
     }
 
     /// Live clients of a group: (client id, info).
@@ -137,26 +240,58 @@ impl Clients {
 mod tests {
     use super::*;
 
+    fn ip(last: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([127, 0, 0, last]))
+    }
+
     #[test]
     fn tracks_groups_and_goodbyes() {
-        let c = Clients::default();
-        c.seen("a", v2::ClientType::SimpleConsumer, Some("G".into()), "PYTHON");
-        c.seen("b", v2::ClientType::Producer, None, "RUST");
-        c.seen("", v2::ClientType::Producer, None, "RUST");
+        let c = Clients::new(100);
+        let a = ip(1);
+        c.seen("a", a, v2::ClientType::SimpleConsumer, Some("G".into()), "PYTHON")
+            .unwrap();
+        c.seen("b", a, v2::ClientType::Producer, None, "RUST").unwrap();
+        assert!(c.seen("", a, v2::ClientType::Producer, None, "RUST").is_err());
         // A later heartbeat without a type or group keeps what was known.
-        c.seen("a", v2::ClientType::Unspecified, None, "PYTHON");
+        c.seen("a", a, v2::ClientType::Unspecified, None, "PYTHON").unwrap();
         let g = c.of_group("G");
         assert_eq!(g.len(), 1);
         assert_eq!(g[0].1.client_type, v2::ClientType::SimpleConsumer);
         assert_eq!(c.len(), 2);
-        c.remove("a");
+        c.remove("a", a).unwrap();
         assert!(c.of_group("G").is_empty());
         // Producers are found by topic, once they have a stream.
-        c.publishes("b", vec!["T".into()]);
+        c.publishes("b", a, vec!["T".into()]).unwrap();
         assert!(c.producers_of("T").is_empty());
         let (tx, _rx) = mpsc::channel(1);
-        c.attach("b", 1, tx);
+        c.attach("b", a, 1, tx).unwrap();
         assert_eq!(c.producers_of("T").len(), 1);
         assert!(c.producers_of("U").is_empty());
+    }
+
+    #[test]
+    fn an_id_belongs_to_its_address_and_the_table_is_bounded() {
+        let c = Clients::new(2);
+        c.seen("a", ip(1), v2::ClientType::Producer, None, "JAVA").unwrap();
+        c.publishes("a", ip(1), vec!["T".into()]).unwrap();
+        let (tx, _rx) = mpsc::channel(1);
+        c.attach("a", ip(1), 1, tx).unwrap();
+        // Someone elsewhere cannot speak as "a", take its stream or remove it.
+        let e = c.seen("a", ip(2), v2::ClientType::Producer, None, "JAVA").unwrap_err();
+        assert_eq!(e.v2_status().code, Code::Forbidden as i32);
+        let (tx2, _rx2) = mpsc::channel(1);
+        assert!(c.attach("a", ip(2), 2, tx2).is_err());
+        assert!(c.publishes("a", ip(2), vec![]).is_err());
+        assert!(c.remove("a", ip(2)).is_err());
+        assert_eq!(c.producers_of("T").len(), 1);
+        // Bad ids, and more clients than the limit.
+        for bad in ["x y", "\u{1}", &"x".repeat(MAX_CLIENT_ID_LEN + 1)] {
+            assert!(c.seen(bad, ip(1), v2::ClientType::Producer, None, "JAVA").is_err());
+        }
+        c.seen("b", ip(1), v2::ClientType::Producer, None, "JAVA").unwrap();
+        let e = c.seen("c", ip(1), v2::ClientType::Producer, None, "JAVA").unwrap_err();
+        assert_eq!(e.v2_status().code, Code::TooManyRequests as i32);
+        c.remove("b", ip(1)).unwrap();
+        c.seen("c", ip(1), v2::ClientType::Producer, None, "JAVA").unwrap();
     }
 }

@@ -25,6 +25,7 @@ use raftmq_raft::{NodeAddr, NodeConfig};
 use raftmq_store::StoreConfig;
 use serde::{Deserialize, Serialize};
 
+pub use crate::broker::limits::LimitsConfig;
 use crate::config::{ConfigError, read_toml};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,6 +126,9 @@ pub struct BrokerConfig {
     /// Transactional messages (`[transaction]`).
     #[serde(default)]
     pub transaction: TransactionConfig,
+    /// What one caller may take from this node (`[limits]`).
+    #[serde(default)]
+    pub limits: LimitsConfig,
     #[serde(default)]
     pub store: StoreConfig,
 }
@@ -320,6 +324,7 @@ impl BrokerConfig {
                 self.max_body_bytes, self.store.max_record_size
             ));
         }
+        self.limits.validate()?;
         self.store
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("[store]: {e}")))

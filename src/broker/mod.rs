@@ -15,15 +15,21 @@
 //! | [`read`]           | reads of applied state: a queue, by id, key or store time    |
 //! | [`status`]         | the node's own view of its group                             |
 //! | [`clients`]        | the v2 clients a node knows (heartbeats, Telemetry streams)  |
+//! | [`flow_control`]   | per-client request rate (`TOO_MANY_REQUESTS`)                 |
+//! | [`long_polls`]     | receives waiting on a node, bounded per node and per client  |
 //! | [`registration`]   | heartbeats to every NameServer, unregister on stop           |
 //! | [`metrics`]        | Prometheus metrics of a broker node                          |
 //! | [`config`]         | the broker's TOML configuration                              |
+//! | [`limits`]         | what one caller may take from a node (`[limits]`)           |
 
 pub mod batcher;
 pub mod clients;
 pub mod config;
+pub mod flow_control;
 pub mod held;
 pub mod internal_topic;
+pub mod limits;
+pub mod long_polls;
 pub mod metrics;
 pub mod pop;
 pub mod progress;
@@ -47,6 +53,8 @@ use tonic::transport::Channel;
 use crate::broker::batcher::Batcher;
 use crate::broker::clients::Clients;
 use crate::broker::config::BrokerConfig;
+use crate::broker::flow_control::FlowControl;
+use crate::broker::long_polls::LongPolls;
 use crate::broker::metrics::{BrokerMetrics, TopicLabels};
 use crate::broker::pop::{GroupDefaults, Popper};
 use crate::error::BrokerError;
@@ -54,6 +62,9 @@ use crate::proto::pb::broker_client::BrokerClient;
 
 /// How long a follower waits for a leader to forward to.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
+/// Reads that walk the store (by key or time, queue reads for the CLI)
+/// running at once, off the async workers; more wait their turn.
+const CONCURRENT_SCANS: usize = 4;
 
 pub struct Broker {
     pub node: Arc<RaftNode>,
@@ -62,9 +73,15 @@ pub struct Broker {
     pub popper: Popper,
     /// The client-protocol clients that use this node.
     pub clients: Clients,
+    /// Receives waiting on this node.
+    pub long_polls: LongPolls,
+    pub flow_control: FlowControl,
     pub metrics: Arc<BrokerMetrics>,
     pub batcher: Batcher,
     peers: Mutex<HashMap<String, Channel>>,
+    scans: Arc<tokio::sync::Semaphore>,
+    /// Log digests (which read every record) run one at a time.
+    digests: Arc<tokio::sync::Semaphore>,
 }
 
 impl Broker {
@@ -75,16 +92,41 @@ impl Broker {
                 auto_create: cfg.auto_create_groups,
                 max_delivery_attempts: cfg.max_delivery_attempts,
             },
+            cfg.limits.clone(),
         );
         Broker {
             batcher: Batcher::start(node.clone(), cfg.store.max_record_size as usize),
             popper,
-            clients: Clients::default(),
+            clients: Clients::new(cfg.limits.max_clients),
+            long_polls: LongPolls::new(cfg.limits.max_long_polls, cfg.limits.max_long_polls_per_client),
+            flow_control: FlowControl::new(cfg.limits.max_requests_per_client_per_s, cfg.limits.max_clients),
             metrics: Arc::new(BrokerMetrics::new(node.clone(), &cfg.group)),
             node,
             cfg,
             peers: Mutex::new(HashMap::new()),
+            scans: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS)),
+            digests: Arc::new(tokio::sync::Semaphore::new(1)),
         }
+    }
+
+    /// Runs `f`, a read that walks the store, on a blocking thread once one
+    /// of the few places for such reads is free (a digest waits for the
+    /// single place for digests first).
+    pub async fn scan<T: Send + 'static>(
+        self: &Arc<Self>,
+        digest: bool,
+        f: impl FnOnce(&Broker) -> Result<T, BrokerError> + Send + 'static,
+    ) -> Result<T, BrokerError> {
+        let closed = |_| BrokerError::Unavailable("the node is shutting down".into());
+        let _digest = match digest {
+            true => Some(self.digests.clone().acquire_owned().await.map_err(closed)?),
+            false => None,
+        };
+        let _place = self.scans.clone().acquire_owned().await.map_err(closed)?;
+        let broker = self.clone();
+        tokio::task::spawn_blocking(move || f(&broker))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("a read failed: {e}")))?
     }
 
     /// A channel to the current leader's client port, waiting (bounded) for
@@ -291,6 +333,9 @@ impl Broker {
 
     pub async fn put_group_local(&self, mut g: GroupConfig) -> Result<(), BrokerError> {
         crate::broker::pop::validate_group(&g.name)?;
+        if self.node.sm.with_metadata(|m| !m.groups.contains_key(&g.name)) {
+            crate::broker::pop::check_group_room(&self.node, self.cfg.limits.max_groups)?;
+        }
         if g.max_delivery_attempts == 0 {
             g.max_delivery_attempts = self.cfg.max_delivery_attempts;
         }

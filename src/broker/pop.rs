@@ -25,6 +25,8 @@ use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
 
+use crate::broker::limits::LimitsConfig;
+use crate::broker::read::ResponseBudget;
 use crate::broker::{receipt, seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
@@ -64,10 +66,32 @@ pub struct Delivered {
 
 type PlanningLock = Arc<tokio::sync::Mutex<()>>;
 
+/// What one receive may still take: messages, and bytes of them.
+struct Room {
+    messages: usize,
+    bytes: ResponseBudget,
+}
+
+impl Room {
+    fn fits(&self, size: u64) -> bool {
+        self.messages > 0 && self.bytes.fits(size as usize)
+    }
+
+    /// Takes a message of `size` bytes if it fits.
+    fn take(&mut self, size: u64) -> bool {
+        if !self.fits(size) {
+            return false;
+        }
+        self.messages -= 1;
+        self.bytes.take(size as usize)
+    }
+}
+
 /// The leader's consumption logic; one per broker.
 pub struct Popper {
     node: Arc<RaftNode>,
     defaults: GroupDefaults,
+    limits: LimitsConfig,
     /// One planning lock per (group, topic).
     locks: Mutex<HashMap<(String, String), PlanningLock>>,
 }
@@ -89,10 +113,11 @@ struct Planned {
 }
 
 impl Popper {
-    pub fn new(node: Arc<RaftNode>, defaults: GroupDefaults) -> Popper {
+    pub fn new(node: Arc<RaftNode>, defaults: GroupDefaults, limits: LimitsConfig) -> Popper {
         Popper {
             node,
             defaults,
+            limits,
             locks: Mutex::new(HashMap::new()),
         }
     }
@@ -119,6 +144,7 @@ impl Popper {
                 format!("consumer group {name} does not exist (groups are not created on first use here)"),
             ));
         }
+        check_group_room(&self.node, self.limits.max_groups)?;
         let g = GroupConfig {
             name: name.to_string(),
             fifo: false,
@@ -147,7 +173,8 @@ impl Popper {
     /// Receives up to `r.batch` messages, waiting until `r.deadline` for
     /// one to arrive or become visible again. Runs on the leader.
     pub async fn receive(&self, r: &Receive) -> Result<Vec<Delivered>, BrokerError> {
-        let group = self.group(&r.group).await?;
+        // The topic first: a receive for a topic that does not exist must
+        // not leave a consumer group behind.
         let topic = self
             .node
             .sm
@@ -159,29 +186,60 @@ impl Popper {
                 format!("topic {} is not readable", r.topic),
             ));
         }
+        let group = self.group(&r.group).await?;
         let mut applied = self.node.sm.applied_watch();
         loop {
             applied.borrow_and_update();
+            let seen = self.wake_key(r);
             let (out, next_visible_ms) = self.try_receive(r, &group).await?;
             if !out.is_empty() {
                 return Ok(out);
             }
-            let now = Instant::now();
-            if now >= r.deadline {
-                return Ok(out);
-            }
             let wake = next_visible_ms.map_or(r.deadline, |ms| {
-                now + Duration::from_millis(ms.saturating_sub(now_ms())).min(r.deadline - now)
+                let now = Instant::now();
+                now + Duration::from_millis(ms.saturating_sub(now_ms())).min(r.deadline.saturating_duration_since(now))
             });
-            tokio::select! {
-                changed = applied.changed() => {
-                    if changed.is_err() {
-                        return Err(BrokerError::Unavailable("the node is shutting down".into()));
-                    }
+            // Wait for a time to come, or for an applied entry that changed
+            // what this receive could find: entries of other topics and
+            // groups do not cost a planning round.
+            loop {
+                if Instant::now() >= r.deadline {
+                    return Ok(Vec::new());
                 }
-                _ = tokio::time::sleep_until(wake) => {}
+                tokio::select! {
+                    changed = applied.changed() => {
+                        if changed.is_err() {
+                            return Err(BrokerError::Unavailable("the node is shutting down".into()));
+                        }
+                        if self.wake_key(r) != seen {
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep_until(wake) => break,
+                }
             }
         }
+    }
+
+    /// What a planning round of `r` depends on, summed up: the topic's
+    /// config and queue ends, and the group's consumption state of it
+    /// (each queue state counts its changes). Equal keys: re-planning would
+    /// find what the last round found.
+    fn wake_key(&self, r: &Receive) -> (Option<TopicConfig>, u64, u64) {
+        let (topic, changes) = self.node.sm.with_metadata(|m| {
+            let changes = m
+                .consumption
+                .get(&r.group)
+                .and_then(|t| t.get(&r.topic))
+                .map_or(0, |q| q.values().fold(0u64, |a, s| a.wrapping_add(s.changes)));
+            (m.topics.get(&r.topic).cloned(), changes)
+        });
+        let ends = topic.as_ref().map_or(0, |t| {
+            (0..t.read_queues)
+                .filter_map(|q| self.node.store.queue(&r.topic, q))
+                .fold(0u64, |a, cq| a.wrapping_add(cq.max_offset()))
+        });
+        (topic, ends, changes)
     }
 
     /// One planning round: plans, proposes, and reads what was delivered.
@@ -284,9 +342,12 @@ impl Popper {
             dead: Vec::new(),
             next_visible_ms: None,
         };
-        let mut room = r.batch.clamp(1, MAX_BATCH);
+        let mut room = Room {
+            messages: r.batch.clamp(1, MAX_BATCH),
+            bytes: ResponseBudget::new(self.limits.max_response_bytes),
+        };
         for i in 0..queues {
-            if room == 0 {
+            if room.messages == 0 {
                 break;
             }
             let queue_id = (r.first_queue % queues + i) % queues;
@@ -314,16 +375,30 @@ impl Popper {
                     }
                     if f.attempt >= group.max_delivery_attempts {
                         planned.dead.push((queue_id, *offset, f.handle));
-                    } else if room > 0 {
-                        plan.redeliver.push((*offset, f.handle));
-                        room -= 1;
+                    } else {
+                        let size = self
+                            .node
+                            .store
+                            .queue(&r.topic, queue_id)
+                            .and_then(|cq| cq.get(*offset).ok())
+                            .map_or(0, |u| u64::from(u.size));
+                        if room.take(size) {
+                            plan.redeliver.push((*offset, f.handle));
+                        }
                     }
                 }
             }
-            // A FIFO queue with anything in flight delivers nothing new.
+            // A FIFO queue with anything in flight delivers nothing new, and
+            // no queue more new messages than its in-flight bound leaves room for.
             let blocked = group.fifo && (waiting || state.is_some_and(|s| !s.inflight.is_empty()));
-            if !blocked && room > 0 {
+            let inflight = state.map_or(0, |s| s.inflight.len());
+            let cap = self.limits.max_inflight_per_queue.saturating_sub(inflight);
+            if !blocked && room.messages > 0 && cap > 0 {
+                let all = room.messages;
+                room.messages = all.min(cap);
+                let before = room.messages;
                 plan.fresh = self.fresh(r, queue_id, state, &mut room)?;
+                room.messages = all - (before - room.messages);
             }
             if !plan.redeliver.is_empty() || plan.fresh.is_some() {
                 planned.plans.push(plan);
@@ -332,13 +407,14 @@ impl Popper {
         Ok(planned)
     }
 
-    /// Fresh offsets of one queue that pass the filter, up to `room`.
+    /// Fresh offsets of one queue that pass the filter, as many as `room`
+    /// takes.
     fn fresh(
         &self,
         r: &Receive,
         queue_id: u32,
         state: Option<&QueueState>,
-        room: &mut usize,
+        room: &mut Room,
     ) -> Result<Option<FreshRange>, BrokerError> {
         let Some(cq) = self.node.store.queue(&r.topic, queue_id) else {
             return Ok(None);
@@ -349,8 +425,11 @@ impl Popper {
         let mut to = from.max(cq.min_offset());
         let end = cq.max_offset().min(to.saturating_add(MAX_SCAN));
         let mut offsets = Vec::new();
-        while to < end && *room > 0 {
+        while to < end && room.messages > 0 {
             let unit = cq.get(to).map_err(|e| BrokerError::Internal(e.to_string()))?;
+            if !room.fits(u64::from(unit.size)) {
+                break;
+            }
             to += 1;
             if !r.filter.may_match(unit.tag_hash) {
                 continue;
@@ -365,7 +444,7 @@ impl Popper {
                 }
             }
             offsets.push(to - 1);
-            *room -= 1;
+            room.take(u64::from(unit.size));
         }
         Ok((to > from).then_some(FreshRange { from, to, offsets }))
     }
@@ -480,6 +559,19 @@ impl Popper {
 
 /// Consumer group names follow the topic name rule (they name the group's
 /// dead-letter topic too).
+/// Refuses a new consumer group when the group of brokers keeps `max`
+/// already (`limits.max_groups`).
+pub fn check_group_room(node: &RaftNode, max: usize) -> Result<(), BrokerError> {
+    let n = node.sm.with_metadata(|m| m.groups.len());
+    if n >= max {
+        return Err(BrokerError::Refused(
+            Code::Forbidden,
+            format!("this broker group keeps {n} consumer groups, its limit (limits.max_groups): delete unused ones"),
+        ));
+    }
+    Ok(())
+}
+
 pub fn validate_group(name: &str) -> Result<(), BrokerError> {
     // Room for the "%DLQ%" prefix within a topic name's 127 characters.
     let max = 127 - consumption::DLQ_PREFIX.len();

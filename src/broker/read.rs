@@ -37,8 +37,36 @@ pub struct ReadBatch {
     pub max_offset: u64,
 }
 
+/// The bytes an answer may still carry (`limits.max_response_bytes`); the
+/// first message always fits, so a reader always makes progress.
+pub struct ResponseBudget {
+    left: usize,
+    taken: usize,
+}
+
+impl ResponseBudget {
+    pub fn new(max: usize) -> ResponseBudget {
+        ResponseBudget { left: max, taken: 0 }
+    }
+
+    pub fn fits(&self, size: usize) -> bool {
+        self.taken == 0 || size <= self.left
+    }
+
+    /// Counts a message of `size` bytes in; false if it does not fit.
+    pub fn take(&mut self, size: usize) -> bool {
+        if !self.fits(size) {
+            return false;
+        }
+        self.left = self.left.saturating_sub(size);
+        self.taken += 1;
+        true
+    }
+}
+
 impl Broker {
-    /// Reads committed messages from this node's applied state.
+    /// Reads committed messages from this node's applied state: at most
+    /// `max` (and 1024), and no more bytes than an answer may carry.
     pub fn read(&self, topic: &str, queue_id: u32, offset: u64, max: u32) -> Result<ReadBatch, BrokerError> {
         if self.node.sm.topic(topic).is_none() {
             return Err(BrokerError::TopicNotFound(topic.to_string()));
@@ -55,16 +83,22 @@ impl Broker {
         let start = offset.max(min);
         let stop = end.min(start.saturating_add(u64::from(max.clamp(1, 1024))));
         let mut messages = Vec::new();
-        for q in start..stop {
+        let mut budget = ResponseBudget::new(self.cfg.limits.max_response_bytes);
+        let mut next = start;
+        while next < stop {
             let (_, bytes) = store
-                .message(topic, queue_id, q)
+                .message(topic, queue_id, next)
                 .map_err(|e| BrokerError::Internal(e.to_string()))?;
+            if !budget.take(bytes.len()) {
+                break;
+            }
             let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
-            messages.push(StoredMessage::of(&view, q));
+            messages.push(StoredMessage::of(&view, next));
+            next += 1;
         }
         Ok(ReadBatch {
             messages,
-            next_offset: stop.max(start),
+            next_offset: next,
             max_offset: end,
         })
     }
@@ -89,6 +123,7 @@ impl Broker {
             .map_err(|e| BrokerError::Internal(e.to_string()))?;
         let limit = self.cfg.store.max_record_size;
         let mut out = Vec::new();
+        let mut budget = ResponseBudget::new(self.cfg.limits.max_response_bytes);
         for phys in candidates {
             let log = store.commitlog();
             let Ok(head) = log.read_bytes(phys, 4) else { continue };
@@ -106,6 +141,9 @@ impl Broker {
                 v.keys().any(|k| k == wanted)
             };
             if hit {
+                if !budget.take(bytes.len()) {
+                    break;
+                }
                 out.push(StoredMessage::of(&v, 0));
                 if out.len() >= max {
                     break;
@@ -144,7 +182,8 @@ impl Broker {
         };
         let store = &self.node.store;
         let mut out = Vec::new();
-        for q in queues {
+        let mut budget = ResponseBudget::new(self.cfg.limits.max_response_bytes);
+        'queues: for q in queues {
             let Some(cq) = store.queue(topic, q) else { continue };
             let mut offset = self.offset_for_timestamp(topic, q, begin_ms)?.max(cq.min_offset());
             while offset < cq.max_offset() && out.len() < max {
@@ -158,6 +197,9 @@ impl Broker {
                     break;
                 }
                 if view.store_timestamp_ms >= begin_ms {
+                    if !budget.take(bytes.len()) {
+                        break 'queues;
+                    }
                     out.push((q, StoredMessage::of(&view, offset)));
                 }
                 offset += 1;

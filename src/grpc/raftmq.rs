@@ -84,7 +84,10 @@ impl broker_server::Broker for BrokerService {
 
     async fn read(&self, request: Request<pb::ReadRequest>) -> Result<Response<pb::ReadResponse>, Status> {
         let r = request.into_inner();
-        let batch = self.broker.read(&r.topic, r.queue_id, r.offset, r.max_count)?;
+        let batch = self
+            .broker
+            .scan(false, move |b| b.read(&r.topic, r.queue_id, r.offset, r.max_count))
+            .await?;
         Ok(Response::new(pb::ReadResponse {
             messages: batch.messages.into_iter().map(stored_to_pb).collect(),
             next_offset: batch.next_offset,
@@ -272,21 +275,21 @@ impl broker_server::Broker for BrokerService {
             Some(pb::query_messages_request::By::MessageId(id)) => (id, true),
             Some(pb::query_messages_request::By::Key(k)) => (k, false),
             Some(pb::query_messages_request::By::TimeRange(t)) => {
-                let broker = self.broker.clone();
-                let found = tokio::task::spawn_blocking(move || {
-                    broker.query_time_range(&r.topic, t.queue_id, t.begin_ms, t.end_ms, max)
-                })
-                .await
-                .map_err(|e| Status::internal(e.to_string()))??;
+                let found = self
+                    .broker
+                    .scan(false, move |b| {
+                        b.query_time_range(&r.topic, t.queue_id, t.begin_ms, t.end_ms, max)
+                    })
+                    .await?;
                 let (queue_ids, messages) = found.into_iter().map(|(q, m)| (q, stored_to_pb(m))).unzip();
                 return Ok(Response::new(pb::QueryMessagesResponse { messages, queue_ids }));
             }
             None => return Err(Status::invalid_argument("give a message id, a key or a time range")),
         };
-        let broker = self.broker.clone();
-        let messages = tokio::task::spawn_blocking(move || broker.query_messages(&r.topic, &wanted, by_id, max))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))??;
+        let messages = self
+            .broker
+            .scan(false, move |b| b.query_messages(&r.topic, &wanted, by_id, max))
+            .await?;
         Ok(Response::new(pb::QueryMessagesResponse {
             messages: messages.into_iter().map(stored_to_pb).collect(),
             queue_ids: vec![],
@@ -295,10 +298,11 @@ impl broker_server::Broker for BrokerService {
 
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let with_digest = request.into_inner().with_digest;
-        let broker = self.broker.clone();
-        let status = tokio::task::spawn_blocking(move || broker.status(with_digest))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))??;
+        let status = if with_digest {
+            self.broker.scan(true, |b| b.status(true)).await?
+        } else {
+            self.broker.status(false)?
+        };
         Ok(Response::new(status_to_pb(status)))
     }
 

@@ -74,6 +74,10 @@ impl NameServer for NamesrvService {
 }
 
 /// A NameServer serving in the background.
+/// Connections the NameServer port holds at once (every broker node keeps
+/// one, every client one per NameServer it asks).
+pub const MAX_CONNECTIONS: usize = 4096;
+
 pub struct RunningNamesrv {
     pub addr: std::net::SocketAddr,
     stop: tokio::sync::watch::Sender<bool>,
@@ -122,7 +126,7 @@ impl RunningNamesrv {
         });
 
         let router = raftmq_raft::serve::builder(128).add_service(NameServerServer::new(service));
-        let server = raftmq_raft::serve::spawn(listener, router, stopped, "nameserver");
+        let server = raftmq_raft::serve::spawn(listener, router, stopped, "nameserver", MAX_CONNECTIONS);
         tracing::info!(%addr, "nameserver started");
         Ok(RunningNamesrv { addr, stop, server })
     }

@@ -12,6 +12,8 @@ use raftmq::proto::pb;
 use raftmq::proto::pb::broker_client::BrokerClient;
 use tonic::transport::Channel;
 
+pub mod v2;
+
 /// A port nothing listens on, never the same twice in one test binary
 /// (tests run in parallel and the OS may hand a just-released port out again).
 pub fn free_port() -> u16 {

@@ -24,13 +24,19 @@ pub(super) async fn receive_message(
     request: Request<v2::ReceiveMessageRequest>,
 ) -> Result<Response<BoxStream<v2::ReceiveMessageResponse>>, Status> {
     let client_deadline = grpc_timeout(request.metadata());
-    let out = svc
-        .on_leader(
-            request,
-            |req| async move { receive_local(svc, req, client_deadline).await },
-            |mut c, r| async move { collect(c.receive_message(r).await?.into_inner()).await },
-        )
-        .await;
+    let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
+    // Held while the receive waits, here and (forwarded) on the leader.
+    let out = match svc.broker.long_polls.acquire(&client) {
+        Ok(_slot) => {
+            svc.on_leader(
+                request,
+                |req| async move { receive_local(svc, req, client_deadline).await },
+                |mut c, r| async move { collect(c.receive_message(r).await?.into_inner()).await },
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     let items = match out {
         Ok(items) => items,
         Err(e) => vec![v2::ReceiveMessageResponse {

@@ -40,10 +40,16 @@ impl Service for MessagingService {
     type TelemetryStream = ReceiverStream<Result<v2::TelemetryCommand, Status>>;
 
     async fn query_route(&self, r: Request<v2::QueryRouteRequest>) -> Result<Response<v2::QueryRouteResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         route::query_route(self, r).await
     }
 
     async fn heartbeat(&self, r: Request<v2::HeartbeatRequest>) -> Result<Response<v2::HeartbeatResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         session::heartbeat(self, r).await
     }
 
@@ -51,6 +57,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::SendMessageRequest>,
     ) -> Result<Response<v2::SendMessageResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         producer::send_message(self, r).await
     }
 
@@ -58,6 +67,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::QueryAssignmentRequest>,
     ) -> Result<Response<v2::QueryAssignmentResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         route::query_assignment(self, r).await
     }
 
@@ -65,10 +77,16 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         consumer::receive_message(self, r).await
     }
 
     async fn ack_message(&self, r: Request<v2::AckMessageRequest>) -> Result<Response<v2::AckMessageResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         consumer::ack_message(self, r).await
     }
 
@@ -76,6 +94,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<v2::ForwardMessageToDeadLetterQueueResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         consumer::forward_message_to_dead_letter_queue(self, r).await
     }
 
@@ -83,6 +104,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::PullMessageRequest>,
     ) -> Result<Response<Self::PullMessageStream>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         offsets::pull_message(self, r).await
     }
 
@@ -90,10 +114,16 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::UpdateOffsetRequest>,
     ) -> Result<Response<v2::UpdateOffsetResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         offsets::update_offset(self, r).await
     }
 
     async fn get_offset(&self, r: Request<v2::GetOffsetRequest>) -> Result<Response<v2::GetOffsetResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         offsets::get_offset(self, r).await
     }
 
@@ -101,6 +131,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::QueryOffsetRequest>,
     ) -> Result<Response<v2::QueryOffsetResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         offsets::query_offset(self, r).await
     }
 
@@ -108,6 +141,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::EndTransactionRequest>,
     ) -> Result<Response<v2::EndTransactionResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         producer::end_transaction(self, r).await
     }
 
@@ -122,6 +158,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::NotifyClientTerminationRequest>,
     ) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         session::notify_client_termination(self, r).await
     }
 
@@ -129,6 +168,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<v2::ChangeInvisibleDurationResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         consumer::change_invisible_duration(self, r).await
     }
 
@@ -136,6 +178,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::RecallMessageRequest>,
     ) -> Result<Response<v2::RecallMessageResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         producer::recall_message(self, r).await
     }
 
@@ -143,6 +188,9 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::SyncLiteSubscriptionRequest>,
     ) -> Result<Response<v2::SyncLiteSubscriptionResponse>, Status> {
+        if let Some(refused) = self.refuse(&r) {
+            return Ok(refused);
+        }
         session::sync_lite_subscription(self, r).await
     }
 }

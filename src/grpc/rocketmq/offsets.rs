@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 
 use super::service::*;
 use crate::broker::pop;
+use crate::broker::read::ResponseBudget;
 use crate::error::BrokerError;
 use crate::filter::Filter;
 use crate::grpc::grpc_timeout;
@@ -22,7 +23,12 @@ pub(super) async fn pull_message(
     request: Request<v2::PullMessageRequest>,
 ) -> Result<Response<BoxStream<v2::PullMessageResponse>>, Status> {
     let client_deadline = grpc_timeout(request.metadata());
-    let items = match pull_local(svc, request.into_inner(), client_deadline).await {
+    let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
+    let pulled = match svc.broker.long_polls.acquire(&client) {
+        Ok(_slot) => pull_local(svc, request.into_inner(), client_deadline).await,
+        Err(e) => Err(e),
+    };
+    let items = match pulled {
         Ok(items) => items,
         Err(e) => vec![v2::PullMessageResponse {
             content: Some(v2::pull_message_response::Content::Status(e.v2_status())),
@@ -184,16 +190,22 @@ async fn pull_local(
         let start = offset.max(min);
         let mut next = start;
         let mut out = Vec::new();
+        let mut budget = ResponseBudget::new(svc.broker.cfg.limits.max_response_bytes);
         while next < max && (out.len() as u64) < batch && next - start < 1024 {
             let q = next;
-            next += 1;
             let Ok((unit, bytes)) = store.message(&topic, queue_id, q) else {
+                next += 1;
                 continue;
             };
+            if !budget.fits(bytes.len()) {
+                break;
+            }
+            next += 1;
             let Ok((view, _)) = MessageView::parse(&bytes) else {
                 continue;
             };
             if filter.may_match(unit.tag_hash) && filter.matches(&view) {
+                budget.take(bytes.len());
                 out.push(pulled(&view, &topic, &namespace, queue_id, q, &host));
             }
         }

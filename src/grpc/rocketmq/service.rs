@@ -39,6 +39,67 @@ const DEADLINE_RESERVE: Duration = Duration::from_millis(500);
 /// Longest long poll, whatever the client asks for.
 const MAX_LONG_POLL: Duration = Duration::from_secs(60);
 
+/// A response that can carry a refusal in its v2 status.
+pub(super) trait Refusable {
+    fn refused(status: v2::Status) -> Self;
+}
+
+macro_rules! refusable {
+    ($($t:ty),* $(,)?) => {
+        $(impl Refusable for $t {
+            // Some responses have nothing but their status.
+            #[allow(clippy::needless_update)]
+            fn refused(status: v2::Status) -> Self {
+                Self { status: Some(status), ..Default::default() }
+            }
+        })*
+    };
+}
+
+/// A response stream whose first item can carry a refusal.
+pub(super) trait StatusItem {
+    fn status(status: v2::Status) -> Self;
+}
+
+impl StatusItem for v2::ReceiveMessageResponse {
+    fn status(status: v2::Status) -> Self {
+        v2::ReceiveMessageResponse {
+            content: Some(v2::receive_message_response::Content::Status(status)),
+        }
+    }
+}
+
+impl StatusItem for v2::PullMessageResponse {
+    fn status(status: v2::Status) -> Self {
+        v2::PullMessageResponse {
+            content: Some(v2::pull_message_response::Content::Status(status)),
+        }
+    }
+}
+
+impl<T: StatusItem + Send + 'static> Refusable for BoxStream<T> {
+    fn refused(status: v2::Status) -> Self {
+        stream_of(vec![T::status(status)])
+    }
+}
+
+refusable!(
+    v2::QueryRouteResponse,
+    v2::HeartbeatResponse,
+    v2::SendMessageResponse,
+    v2::QueryAssignmentResponse,
+    v2::AckMessageResponse,
+    v2::ForwardMessageToDeadLetterQueueResponse,
+    v2::UpdateOffsetResponse,
+    v2::GetOffsetResponse,
+    v2::QueryOffsetResponse,
+    v2::EndTransactionResponse,
+    v2::NotifyClientTerminationResponse,
+    v2::ChangeInvisibleDurationResponse,
+    v2::RecallMessageResponse,
+    v2::SyncLiteSubscriptionResponse,
+);
+
 pub struct MessagingService {
     pub(super) broker: Arc<Broker>,
     pub(super) routes: Option<RouteCache>,
@@ -62,6 +123,25 @@ impl MessagingService {
         })
         .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
         .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
+    }
+
+    /// The caller's flow-control verdict ([`crate::broker::flow_control`]):
+    /// its client id, or its address when it sends none.
+    pub(super) fn admit<T>(&self, r: &Request<T>) -> Result<(), BrokerError> {
+        let id = grpc::header(r.metadata(), CLIENT_ID);
+        if id.is_empty() {
+            let peer = r.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default();
+            self.broker.flow_control.admit(&peer)
+        } else {
+            self.broker.flow_control.admit(id)
+        }
+    }
+
+    /// The answer to a request flow control refuses (`None`: go on).
+    pub(super) fn refuse<Q, T: Refusable>(&self, r: &Request<Q>) -> Option<tonic::Response<T>> {
+        self.admit(r)
+            .err()
+            .map(|e| tonic::Response::new(T::refused(e.v2_status())))
     }
 
     /// Runs `local` here when this node leads, or forwards the request to

@@ -22,18 +22,18 @@ pub(super) async fn heartbeat(
 ) -> Result<Response<v2::HeartbeatResponse>, Status> {
     let id = header(request.metadata(), CLIENT_ID).to_string();
     let language = header(request.metadata(), LANGUAGE).to_string();
+    let peer = request.remote_addr().map(|a| a.ip());
     let req = request.into_inner();
     let group = req.group.map(|g| g.name);
-    if let Some(g) = group.as_deref().filter(|g| !g.is_empty())
-        && let Err(e) = pop::validate_group(g)
-    {
-        return Ok(Response::new(v2::HeartbeatResponse {
-            status: Some(e.v2_status()),
-        }));
-    }
     let client_type = v2::ClientType::try_from(req.client_type).unwrap_or(v2::ClientType::Unspecified);
-    svc.broker.clients.seen(&id, client_type, group, &language);
-    Ok(Response::new(v2::HeartbeatResponse { status: Some(ok()) }))
+    let seen = match group.as_deref().filter(|g| !g.is_empty()) {
+        Some(g) => pop::validate_group(g),
+        None => Ok(()),
+    }
+    .and_then(|()| svc.broker.clients.seen(&id, peer, client_type, group, &language));
+    Ok(Response::new(v2::HeartbeatResponse {
+        status: Some(seen.map_or_else(|e| e.v2_status(), |()| ok())),
+    }))
 }
 
 pub(super) async fn telemetry(
@@ -42,6 +42,9 @@ pub(super) async fn telemetry(
 ) -> Result<Response<ReceiverStream<Result<v2::TelemetryCommand, Status>>>, Status> {
     let id = header(request.metadata(), CLIENT_ID).to_string();
     let language = header(request.metadata(), LANGUAGE).to_string();
+    let peer = request.remote_addr().map(|a| a.ip());
+    // Refused before the stream opens: the client sees why at once.
+    crate::broker::clients::validate_id(&id).map_err(|e| Status::invalid_argument(e.to_string()))?;
     let mut inbound = request.into_inner();
     let (tx, rx) = mpsc::channel(16);
     let broker = svc.broker.clone();
@@ -76,14 +79,29 @@ pub(super) async fn telemetry(
             };
             let config = group.as_deref().map(|g| broker.popper.group_or_default(g));
             let reply = crate::grpc::rocketmq::settings::effective(&s, &broker.cfg, config.as_ref());
-            broker.clients.seen(&id, client_type, group, &language);
-            if let Some(topics) = published {
-                broker.clients.publishes(&id, topics);
-            }
-            broker.clients.attach(&id, stream_id, tx.clone());
-            let cmd = v2::TelemetryCommand {
-                status: Some(ok()),
-                command: Some(v2::telemetry_command::Command::Settings(reply)),
+            let clients = &broker.clients;
+            let known = clients
+                .seen(&id, peer, client_type, group, &language)
+                .and_then(|()| match published {
+                    Some(topics) => clients.publishes(&id, peer, topics),
+                    None => Ok(()),
+                })
+                .and_then(|()| clients.attach(&id, peer, stream_id, tx.clone()));
+            let cmd = match known {
+                Ok(()) => v2::TelemetryCommand {
+                    status: Some(ok()),
+                    command: Some(v2::telemetry_command::Command::Settings(reply)),
+                },
+                Err(e) => {
+                    // Said once, then the stream ends: it carries nothing for this caller.
+                    let _ = tx
+                        .send(Ok(v2::TelemetryCommand {
+                            status: Some(e.v2_status()),
+                            command: None,
+                        }))
+                        .await;
+                    break;
+                }
             };
             if tx.send(Ok(cmd)).await.is_err() {
                 break;
@@ -99,9 +117,10 @@ pub(super) async fn notify_client_termination(
     request: Request<v2::NotifyClientTerminationRequest>,
 ) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
     let id = header(request.metadata(), CLIENT_ID).to_string();
-    svc.broker.clients.remove(&id);
+    let peer = request.remote_addr().map(|a| a.ip());
+    let gone = svc.broker.clients.remove(&id, peer);
     Ok(Response::new(v2::NotifyClientTerminationResponse {
-        status: Some(ok()),
+        status: Some(gone.map_or_else(|e| e.v2_status(), |()| ok())),
     }))
 }
 

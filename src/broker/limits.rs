@@ -1,0 +1,87 @@
+//! What one caller may take from a node (`[limits]` in the broker's
+//! config): every bound a request can meet, with its default. A request
+//! over a bound is refused with a clear v2 code (`TOO_MANY_REQUESTS` where
+//! retrying later helps, `ILLEGAL_*` or `RESOURCE_EXHAUSTED` where it does
+//! not), never queued without bound. `deploy/CONFIG.md` lists them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ConfigError;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// TCP connections the client port holds at once; one more is closed
+    /// as soon as it is accepted.
+    pub max_connections: usize,
+    /// Concurrent HTTP/2 streams per client connection (a consumer keeps
+    /// one long poll per queue it is assigned, all on one connection).
+    pub max_streams_per_connection: u32,
+    /// Clients (by client id) a node keeps track of; a new one beyond is
+    /// refused with `TOO_MANY_REQUESTS` until others leave or expire.
+    pub max_clients: usize,
+    /// Long-polling receives waiting at once on this node, all clients
+    /// together, and per client id. One more is answered at once with
+    /// `TOO_MANY_REQUESTS` (the official clients retry after a back-off).
+    pub max_long_polls: usize,
+    pub max_long_polls_per_client: usize,
+    /// Consumer groups a group of brokers keeps (created ones and the ones
+    /// made on first use alike).
+    pub max_groups: usize,
+    /// Deliveries of one consumer group in flight in one queue (received,
+    /// not yet acked); a receive finds no more messages in that queue
+    /// until some are acked or their invisible time ends.
+    pub max_inflight_per_queue: usize,
+    /// Message bytes one read, query or receive answers with; the answer
+    /// stops before the message that would pass it (one message always
+    /// fits).
+    pub max_response_bytes: usize,
+    /// Requests per second one client id may make to this node, with
+    /// bursts of as many (0: no limit). Requests over it are refused with
+    /// `TOO_MANY_REQUESTS`, RocketMQ's flow-control answer.
+    pub max_requests_per_client_per_s: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_connections: 4096,
+            max_streams_per_connection: 1024,
+            max_clients: 65_536,
+            max_long_polls: 16_384,
+            max_long_polls_per_client: 1024,
+            max_groups: 10_000,
+            max_inflight_per_queue: 100_000,
+            max_response_bytes: 16 << 20,
+            max_requests_per_client_per_s: 0,
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("max_connections", self.max_connections),
+            ("max_streams_per_connection", self.max_streams_per_connection as usize),
+            ("max_clients", self.max_clients),
+            ("max_long_polls", self.max_long_polls),
+            ("max_long_polls_per_client", self.max_long_polls_per_client),
+            ("max_groups", self.max_groups),
+            ("max_inflight_per_queue", self.max_inflight_per_queue),
+            ("max_response_bytes", self.max_response_bytes),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(ConfigError::Invalid(format!("limits.{name} must be at least 1")));
+            }
+        }
+        // Above the gRPC message limit an answer could not be sent at all.
+        if self.max_response_bytes > crate::MAX_MESSAGE_SIZE / 2 {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_response_bytes must be at most {} (half the gRPC message limit)",
+                crate::MAX_MESSAGE_SIZE / 2
+            )));
+        }
+        Ok(())
+    }
+}

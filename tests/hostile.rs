@@ -1,0 +1,521 @@
+//! Hostile and greedy callers against a real three-node group (processes
+//! on 127.0.0.1, small `[limits]`): each finding of the hostile-input
+//! review sends its input, gets its refusal code, and then the group must
+//! still be whole: every node alive and below a memory bound, a normal send
+//! and receive working, every acknowledged message readable where it was,
+//! and the replicas' logs identical.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::v2::*;
+use common::{Cluster, check_reads, send_retrying, wait_applied_equal};
+use raftmq::proto::pb;
+use raftmq::proto::rocketmq::v2;
+use raftmq::proto::rocketmq::v2::Code;
+use raftmq::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+const LIMITS: &str = "[limits]\nmax_connections = 64\nmax_long_polls_per_client = 2\nmax_groups = 4\n\
+                      max_inflight_per_queue = 5\nmax_response_bytes = 1048576\n\
+                      max_requests_per_client_per_s = 50\n";
+
+/// Resident memory of a process, from /proc.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// What must hold after every hostile input: all nodes up and small, the
+/// acknowledged messages where they were on every node, a new send and
+/// read working, the replicas identical.
+async fn still_whole(c: &mut Cluster, acked: &mut BTreeMap<(u32, u64), u64>, what: &str) {
+    c.check_alive();
+    for n in &c.nodes {
+        let rss = rss_bytes(n.child.as_ref().unwrap().id());
+        assert!(rss < 600 << 20, "after {what}: node {} uses {} MiB", n.id, rss >> 20);
+    }
+    let leader = c.leader().await;
+    let mut client = c.client(leader).await;
+    let i = acked.len() as u64 + 1_000_000;
+    let offset = send_retrying(&mut client, 0, i).await;
+    acked.insert((0, offset), i);
+    let st = wait_applied_equal(c, &[1, 2, 3]).await;
+    assert!(
+        st.windows(2)
+            .all(|w| w[0].applied_log_digest == w[1].applied_log_digest),
+        "after {what}: replicas differ: {st:?}"
+    );
+    for id in 1..=3 {
+        check_reads(c, id, acked, 1).await;
+    }
+}
+
+/// Sends message `msg-<i>` to T through v2 and records it as acknowledged;
+/// its offset.
+async fn sent_v2(
+    v: &mut MessagingServiceClient<Channel>,
+    acked: &mut BTreeMap<(u32, u64), u64>,
+    i: u64,
+    body: &[u8],
+) -> u64 {
+    let r = send(v, vec![msg("T", &format!("msg-{i}"), body)]).await;
+    assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    let offset = r.entries[0].offset as u64;
+    acked.insert((0, offset), i);
+    offset
+}
+
+fn with_id<T>(msg: T, client_id: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut().insert("x-mq-client-id", client_id.parse().unwrap());
+    r
+}
+
+fn receive_req(group: &str, topic: &str, batch: i32, wait_ms: i32) -> v2::ReceiveMessageRequest {
+    v2::ReceiveMessageRequest {
+        group: resource(group),
+        message_queue: Some(v2::MessageQueue {
+            topic: resource(topic),
+            ..Default::default()
+        }),
+        filter_expression: Some(tags("*")),
+        batch_size: batch,
+        invisible_duration: Some(prost_types::Duration { seconds: 30, nanos: 0 }),
+        auto_renew: false,
+        long_polling_timeout: Some(prost_types::Duration {
+            seconds: i64::from(wait_ms / 1000),
+            nanos: (wait_ms % 1000) * 1_000_000,
+        }),
+        attempt_id: None,
+    }
+}
+
+/// A receive with a client id: (status, messages with their receipts).
+async fn receive_as(
+    c: &mut MessagingServiceClient<Channel>,
+    client_id: &str,
+    req: v2::ReceiveMessageRequest,
+) -> (Code, Vec<v2::Message>) {
+    let mut stream = c.receive_message(with_id(req, client_id)).await.unwrap().into_inner();
+    let (mut status, mut messages) = (Code::Unspecified, Vec::new());
+    while let Some(r) = stream.message().await.unwrap() {
+        match r.content {
+            Some(v2::receive_message_response::Content::Status(s)) => status = Code::try_from(s.code).unwrap(),
+            Some(v2::receive_message_response::Content::Message(m)) => messages.push(m),
+            _ => {}
+        }
+    }
+    (status, messages)
+}
+
+fn receipt_of(m: &v2::Message) -> String {
+    m.system_properties.as_ref().unwrap().receipt_handle.clone().unwrap()
+}
+
+fn ack_req(group: &str, topic: &str, handles: &[String]) -> v2::AckMessageRequest {
+    v2::AckMessageRequest {
+        group: resource(group),
+        topic: resource(topic),
+        entries: handles
+            .iter()
+            .map(|h| v2::AckMessageEntry {
+                message_id: String::new(),
+                receipt_handle: h.clone(),
+                lite_topic: None,
+            })
+            .collect(),
+    }
+}
+
+/// Connects from `source` (another loopback address is another host to
+/// the broker).
+#[derive(Clone)]
+struct FromAddr {
+    source: SocketAddr,
+}
+
+impl tonic::codegen::Service<Uri> for FromAddr {
+    type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<Self::Response>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let source = self.source;
+        Box::pin(async move {
+            let target: SocketAddr = uri.authority().unwrap().as_str().parse().unwrap();
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(source)?;
+            Ok(hyper_util::rt::TokioIo::new(socket.connect(target).await?))
+        })
+    }
+}
+
+async fn client_from(c: &Cluster, id: u64, source: [u8; 4]) -> MessagingServiceClient<Channel> {
+    let channel = Endpoint::from_shared(format!("http://{}", c.node(id).client_addr))
+        .unwrap()
+        .connect_with_connector(FromAddr {
+            source: SocketAddr::from((source, 0)),
+        })
+        .await
+        .unwrap();
+    MessagingServiceClient::new(channel)
+}
+
+fn heartbeat() -> v2::HeartbeatRequest {
+    v2::HeartbeatRequest {
+        group: None,
+        client_type: v2::ClientType::Producer as i32,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_callers_are_refused_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "async", LIMITS);
+    let leader = c.leader().await;
+    c.create_topic("T", 1, "").await;
+    c.create_topic("Txn", 1, "TRANSACTION").await;
+    let mut acked = BTreeMap::new();
+    let mut v = client(&c, leader).await;
+
+    // Finding 9: receipt handles are sealed for their group and topic.
+    for i in 0..3 {
+        sent_v2(&mut v, &mut acked, 2_000_000 + i, b"x").await;
+    }
+    let (s, got) = receive_as(&mut v, "c-1", receive_req("G1", "T", 3, 1000)).await;
+    assert_eq!((s, got.len()), (Code::Ok, 3));
+    let handles: Vec<String> = got.iter().map(receipt_of).collect();
+    let mut tampered = handles[0].clone();
+    let last = tampered.pop().unwrap();
+    tampered.push(if last == '0' { '1' } else { '0' });
+    for (group, topic, handle) in [
+        ("G2", "T", &handles[0]),
+        ("G1", "Txn", &handles[0]),
+        ("G1", "T", &tampered),
+    ] {
+        let r = v
+            .ack_message(with_id(ack_req(group, topic, std::slice::from_ref(handle)), "c-1"))
+            .await
+            .unwrap();
+        let r = r.into_inner();
+        assert_eq!(
+            code(&r.entries[0].status),
+            Code::InvalidReceiptHandle,
+            "{group} {topic} {handle}"
+        );
+    }
+    let r = v
+        .ack_message(with_id(ack_req("G1", "T", &handles), "c-1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.entries.iter().all(|e| code(&e.status) == Code::Ok), "{r:?}");
+
+    // Finding 9: transaction ids are sealed for their message.
+    let mut half = msg("Txn", "h1", b"half");
+    half.system_properties.as_mut().unwrap().message_type = v2::MessageType::Transaction as i32;
+    let r = send(&mut v, vec![half]).await;
+    assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    let real = r.entries[0].transaction_id.clone();
+    let forged = format!("{}.{}", real.rsplit_once('.').unwrap().0, "0".repeat(32));
+    for (message_id, id) in [("h1", forged.as_str()), ("other", real.as_str())] {
+        let r = v
+            .end_transaction(v2::EndTransactionRequest {
+                topic: resource("Txn"),
+                message_id: message_id.into(),
+                transaction_id: id.into(),
+                resolution: v2::TransactionResolution::Commit as i32,
+                source: v2::TransactionSource::SourceClient as i32,
+                trace_context: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(code(&r.status), Code::InvalidTransactionId, "{message_id} {id}");
+    }
+    still_whole(&mut c, &mut acked, "forged receipts and transaction ids").await;
+
+    // Finding 7: a client id belongs to the address that first used it.
+    let mut here = client(&c, leader).await;
+    let mut elsewhere = client_from(&c, leader, [127, 0, 0, 2]).await;
+    let r = here
+        .heartbeat(with_id(heartbeat(), "producer-1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code(&r.status), Code::Ok);
+    let r = elsewhere
+        .heartbeat(with_id(heartbeat(), "producer-1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code(&r.status), Code::Forbidden, "{r:?}");
+    let r = elsewhere
+        .notify_client_termination(with_id(
+            v2::NotifyClientTerminationRequest { group: None },
+            "producer-1",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code(&r.status), Code::Forbidden);
+    let settings = v2::TelemetryCommand {
+        status: None,
+        command: Some(v2::telemetry_command::Command::Settings(v2::Settings {
+            client_type: Some(v2::ClientType::Producer as i32),
+            ..Default::default()
+        })),
+    };
+    let mut t = elsewhere
+        .telemetry(with_id(tokio_stream::iter(vec![settings]), "producer-1"))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = t.message().await.unwrap().unwrap();
+    assert_eq!(code(&first.status), Code::Forbidden, "{first:?}");
+    assert!(
+        first.command.is_none(),
+        "no settings for a caller that is not the client"
+    );
+    let r = here.heartbeat(with_id(heartbeat(), "bad id")).await;
+    assert!(r.is_err() || code(&r.unwrap().into_inner().status) == Code::BadRequest);
+    still_whole(&mut c, &mut acked, "client id takeovers").await;
+
+    // Finding 5: the topic is checked before a group is made; groups and
+    // in-flight deliveries are bounded.
+    let (s, _) = receive_as(&mut v, "c-2", receive_req("Ghost", "NoSuchTopic", 1, 0)).await;
+    assert_eq!(s, Code::TopicNotFound);
+    let mut admin = c.client(leader).await;
+    let ghost = admin
+        .get_consumer_group(pb::GetConsumerGroupRequest { name: "Ghost".into() })
+        .await;
+    assert!(ghost.is_err(), "no group was made for a missing topic: {ghost:?}");
+    for g in ["G2", "G3", "G4"] {
+        let (s, _) = receive_as(&mut v, "c-2", receive_req(g, "T", 1, 0)).await;
+        assert!(matches!(s, Code::Ok | Code::MessageNotFound), "{g}: {s:?}");
+    }
+    let (s, _) = receive_as(&mut v, "c-2", receive_req("G5", "T", 1, 0)).await;
+    assert_eq!(s, Code::Forbidden, "the fifth group is over max_groups = 4");
+    for i in 0..12 {
+        sent_v2(&mut v, &mut acked, 3_000_000 + i, b"y").await;
+    }
+    let (s, first) = receive_as(&mut v, "c-2", receive_req("G1", "T", 32, 0)).await;
+    assert_eq!((s, first.len()), (Code::Ok, 5), "max_inflight_per_queue = 5");
+    let (s, none) = receive_as(&mut v, "c-2", receive_req("G1", "T", 32, 0)).await;
+    assert_eq!((s, none.len()), (Code::MessageNotFound, 0));
+    let handles: Vec<String> = first.iter().map(receipt_of).collect();
+    v.ack_message(with_id(ack_req("G1", "T", &handles), "c-2"))
+        .await
+        .unwrap();
+    let (s, more) = receive_as(&mut v, "c-2", receive_req("G1", "T", 32, 0)).await;
+    assert_eq!((s, more.len()), (Code::Ok, 5), "acks make room");
+
+    // Finding 6: long polls per client are bounded.
+    let mut polls = Vec::new();
+    for _ in 0..2 {
+        let mut v2c = client(&c, leader).await;
+        polls.push(tokio::spawn(async move {
+            receive_as(&mut v2c, "poller", receive_req("G2", "Txn", 1, 5000)).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (s, _) = receive_as(&mut v, "poller", receive_req("G2", "Txn", 1, 5000)).await;
+    assert_eq!(s, Code::TooManyRequests, "a third long poll of one client");
+    for p in polls {
+        assert_eq!(p.await.unwrap().0, Code::MessageNotFound);
+    }
+
+    // Finding 6: per-client request rate (50/s with bursts of 50): 300 at
+    // once are mostly refused, however slowly this machine runs them.
+    let route = |id: &str| {
+        let mut v = v.clone();
+        let req = with_id(
+            v2::QueryRouteRequest {
+                topic: resource("T"),
+                endpoints: None,
+            },
+            id,
+        );
+        async move { code(&v.query_route(req).await.unwrap().into_inner().status) }
+    };
+    let codes = futures::future::join_all((0..300).map(|_| route("greedy"))).await;
+    let refused = codes.iter().filter(|c| **c == Code::TooManyRequests).count();
+    assert!(refused >= 100, "{refused} of 300 requests at once refused at 50/s");
+    let r = v
+        .query_route(with_id(
+            v2::QueryRouteRequest {
+                topic: resource("T"),
+                endpoints: None,
+            },
+            "modest",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(
+        code(&r.status),
+        Code::TooManyRequests,
+        "other clients are not held back"
+    );
+    still_whole(&mut c, &mut acked, "greedy consumers").await;
+
+    // Finding 3: answers are bounded in bytes (1 MiB here), and a reader
+    // still gets everything, a few messages at a time.
+    let big = vec![b'z'; 400 * 1024];
+    let mut big_offsets = Vec::new();
+    for i in 0..5 {
+        big_offsets.push(sent_v2(&mut v, &mut acked, 4_000_000 + i, &big).await);
+    }
+    let mut offset = big_offsets[0];
+    let mut seen = 0;
+    while offset <= big_offsets[4] {
+        let r = admin
+            .read(pb::ReadRequest {
+                topic: "T".into(),
+                queue_id: 0,
+                offset,
+                max_count: 100,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let bytes: usize = r.messages.iter().map(|m| m.body.len()).sum();
+        assert!(!r.messages.is_empty() && bytes <= 1 << 20, "{} bytes", bytes);
+        seen += r.messages.len();
+        offset = r.next_offset;
+    }
+    assert!(seen >= 5);
+    let (s, got) = receive_as(&mut v, "c-3", receive_req("G3", "T", 32, 0)).await;
+    assert_eq!(s, Code::Ok);
+    assert!(got.len() <= 5, "{} messages", got.len());
+
+    // Finding 4: digests run one at a time, off the async workers.
+    let digests = (0..6).map(|_| c.status(leader, true));
+    for d in futures::future::join_all(digests).await {
+        assert!(d.is_some());
+    }
+    still_whole(&mut c, &mut acked, "big answers and digests").await;
+
+    // Finding 11: hostile HTTP/2 on the client port closes that connection
+    // only. A HEADERS frame claiming 1 MiB; a CONTINUATION flood.
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut huge = preface.to_vec();
+    huge.extend_from_slice(&[0x10, 0, 0, 1, 0, 0, 0, 0, 1]);
+    let mut flood = preface.to_vec();
+    flood.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 1]);
+    for _ in 0..1000 {
+        flood.extend_from_slice(&[0, 0, 0, 9, 0, 0, 0, 0, 1]);
+    }
+    for bytes in [huge, flood] {
+        let mut s = tokio::net::TcpStream::connect(&c.node(leader).client_addr)
+            .await
+            .unwrap();
+        let _ = s.write_all(&bytes).await;
+        let mut buf = vec![0u8; 4096];
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the connection was closed");
+    }
+
+    // Connections past max_connections (64) are closed at once.
+    let mut open = Vec::new();
+    for _ in 0..80 {
+        open.push(
+            tokio::net::TcpStream::connect(&c.node(leader).client_addr)
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut closed = 0;
+    for s in &mut open {
+        let mut b = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(50), s.read(&mut b)).await {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 80 - 64, "{closed} of 80 connections were closed");
+    drop(open);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    still_whole(&mut c, &mut acked, "hostile HTTP/2 and a connection flood").await;
+
+    // Finding 10: the Raft port refuses what openraft or storage would
+    // treat as fatal: a snapshot that is not one, a term out of range.
+    let follower = (1..=3).find(|&i| i != leader).unwrap();
+    let st = c.status(leader, false).await.unwrap();
+    let channel = Channel::from_shared(format!("http://{}", c.node(follower).raft_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raft = raftmq_raft::pb::raft_client::RaftClient::new(channel);
+    let address = |r: &mut tonic::metadata::MetadataMap| {
+        r.insert(raftmq_raft::network::GROUP_HEADER, "test".parse().unwrap());
+        r.insert(
+            raftmq_raft::network::TARGET_HEADER,
+            follower.to_string().parse().unwrap(),
+        );
+    };
+    let meta = serde_json::to_vec(&raftmq_raft::types::SnapshotMeta::default()).unwrap();
+    let chunks = vec![
+        raftmq_raft::pb::SnapshotChunk {
+            chunk: Some(raftmq_raft::pb::snapshot_chunk::Chunk::Header(
+                raftmq_raft::pb::SnapshotHeader {
+                    vote: Some(raftmq_raft::pb::Vote {
+                        term: st.term,
+                        voted_for: leader,
+                        committed: true,
+                    }),
+                    meta_json: meta,
+                    total_len: 9,
+                },
+            )),
+        },
+        raftmq_raft::pb::SnapshotChunk {
+            chunk: Some(raftmq_raft::pb::snapshot_chunk::Chunk::Data(bytes::Bytes::from_static(
+                b"{not json",
+            ))),
+        },
+    ];
+    let mut req = tonic::Request::new(tokio_stream::iter(chunks));
+    address(req.metadata_mut());
+    let r = raft.install_snapshot(req).await;
+    assert_eq!(r.unwrap_err().code(), tonic::Code::InvalidArgument);
+    let mut req = tonic::Request::new(raftmq_raft::pb::VoteRequest {
+        vote: Some(raftmq_raft::pb::Vote {
+            term: u64::MAX,
+            voted_for: follower,
+            committed: false,
+        }),
+        last_log_id: None,
+        leadership_transfer: false,
+    });
+    address(req.metadata_mut());
+    assert!(raft.vote(req).await.is_err());
+    still_whole(&mut c, &mut acked, "a bad snapshot and an absurd term").await;
+}
