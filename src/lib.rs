@@ -8,6 +8,7 @@
 //! |------------------|--------------------------------------------------------------------|
 //! | [`cli`]          | the `raftmq` commands: dev, produce/consume, bench, admin, inspect  |
 //! | [`server`]       | composition root: `raftmq broker` wires a node, its services, signals |
+//! | `fuzz_tests`     | property tests of the decoders and validators callers reach (tests only) |
 //! | [`grpc`]         | the transports onto the core: `apache.rocketmq.v2`, `raftmq.v1`, the h2 shim, leader forwarding |
 //! | [`broker`]       | the core at one node: send, read, topics, pop consumption, held messages, registration, metrics |
 //! | [`filter`]       | subscription filters: tags and SQL92                               |
@@ -43,6 +44,9 @@ pub mod metrics_http;
 pub mod namesrv;
 pub mod proto;
 pub mod server;
+
+#[cfg(test)]
+mod fuzz_tests;
 
 /// Upper bound of one client message, each way.
 pub const MAX_MESSAGE_SIZE: usize = 64 << 20;

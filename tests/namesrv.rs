@@ -225,6 +225,27 @@ async fn a_clean_stop_unregisters_at_once_and_stale_claims_lose() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
     let r = route_until(&ns, |_| true, Duration::from_secs(1)).await;
     assert!(r.groups.iter().all(|g| g.group != "forged"), "{r:?}");
+
+    // A well-formed heartbeat that claims a live node of the real group,
+    // at other addresses and with a higher term, would point clients at
+    // the forger: refused while the node's entry lives.
+    let real = &r.groups[0];
+    let leader_before = real.leader_id;
+    let mut hijack = forged.clone();
+    hijack.cluster = real.cluster.clone();
+    hijack.group = real.group.clone();
+    hijack.node_id = real.nodes[0].node_id;
+    hijack.topics[0].read_queues = 1;
+    hijack.topics[0].write_queues = 1;
+    let e = client.heartbeat(hijack).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+    assert!(e.message().contains("registered at"), "{e}");
+    let r = route_until(&ns, |_| true, Duration::from_secs(1)).await;
+    assert_eq!(r.groups[0].leader_id, leader_before);
+    assert!(
+        r.groups[0].nodes.iter().all(|n| n.client_addr != "127.0.0.1:1"),
+        "{r:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,6 +51,9 @@ pub mod state_machine;
 pub mod types;
 mod wire;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub mod pb {
     //! Generated from `proto/raftmq/v1/raft.proto`.
     #![allow(clippy::all, missing_docs)]

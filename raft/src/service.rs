@@ -10,12 +10,9 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::Raft;
 use crate::network::{GROUP_HEADER, TARGET_HEADER};
 use crate::pb::raft_server;
+use crate::state_machine::MAX_SNAPSHOT_BYTES;
 use crate::types::{Snapshot, SnapshotMeta};
 use crate::{pb, wire};
-
-/// Largest snapshot accepted from a peer. Snapshots hold metadata only
-/// (topics, offsets, queue positions), never messages.
-pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 
 /// Serves `raftmq.v1.Raft` for one node.
 pub struct RaftService {

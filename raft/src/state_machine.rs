@@ -349,6 +349,10 @@ impl StateMachine {
     }
 }
 
+/// Largest snapshot accepted from a peer. Snapshots hold metadata only
+/// (topics, offsets, queue positions), never messages.
+pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+
 /// Most queues a snapshot may list (each becomes a ConsumeQueue on
 /// install): as many as 10,000 topics of 100 queues.
 pub const MAX_SNAPSHOT_QUEUES: usize = 1_000_000;
@@ -634,10 +638,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             }
             write_snapshot(&sm.inner.dir, &data)?;
             tracing::info!(last = ?content.meta.last_log_id, bytes = data.len(), "built snapshot");
-            if data.len() as u64 > crate::service::MAX_SNAPSHOT_BYTES {
+            if data.len() as u64 > MAX_SNAPSHOT_BYTES {
                 tracing::error!(
                     bytes = data.len(),
-                    max = crate::service::MAX_SNAPSHOT_BYTES,
+                    max = MAX_SNAPSHOT_BYTES,
                     "this snapshot is larger than a follower accepts: a follower that needs it cannot catch up; \
                      delete unused consumer groups and topics"
                 );

@@ -85,3 +85,30 @@ impl LimitsConfig {
         Ok(())
     }
 }
+
+/// The bytes an answer may still carry (`limits.max_response_bytes`); the
+/// first message always fits, so a reader always makes progress.
+pub struct ResponseBudget {
+    left: usize,
+    taken: usize,
+}
+
+impl ResponseBudget {
+    pub fn new(max: usize) -> ResponseBudget {
+        ResponseBudget { left: max, taken: 0 }
+    }
+
+    pub fn fits(&self, size: usize) -> bool {
+        self.taken == 0 || size <= self.left
+    }
+
+    /// Counts a message of `size` bytes in; false if it does not fit.
+    pub fn take(&mut self, size: usize) -> bool {
+        if !self.fits(size) {
+            return false;
+        }
+        self.left = self.left.saturating_sub(size);
+        self.taken += 1;
+        true
+    }
+}

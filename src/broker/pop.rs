@@ -26,7 +26,7 @@ use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
 
 use crate::broker::limits::LimitsConfig;
-use crate::broker::read::ResponseBudget;
+use crate::broker::limits::ResponseBudget;
 use crate::broker::{receipt, seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;

@@ -6,6 +6,7 @@ use raftmq_raft::Message;
 use raftmq_raft::message::MessageView;
 
 use super::Broker;
+use super::limits::ResponseBudget;
 use crate::error::BrokerError;
 
 /// A message as stored, with where it sits in its queue.
@@ -35,33 +36,6 @@ pub struct ReadBatch {
     pub next_offset: u64,
     /// One past the last message of the queue on this node.
     pub max_offset: u64,
-}
-
-/// The bytes an answer may still carry (`limits.max_response_bytes`); the
-/// first message always fits, so a reader always makes progress.
-pub struct ResponseBudget {
-    left: usize,
-    taken: usize,
-}
-
-impl ResponseBudget {
-    pub fn new(max: usize) -> ResponseBudget {
-        ResponseBudget { left: max, taken: 0 }
-    }
-
-    pub fn fits(&self, size: usize) -> bool {
-        self.taken == 0 || size <= self.left
-    }
-
-    /// Counts a message of `size` bytes in; false if it does not fit.
-    pub fn take(&mut self, size: usize) -> bool {
-        if !self.fits(size) {
-            return false;
-        }
-        self.left = self.left.saturating_sub(size);
-        self.taken += 1;
-        true
-    }
 }
 
 impl Broker {

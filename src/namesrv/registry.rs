@@ -6,8 +6,16 @@
 //! is the node claiming leadership with the highest Raft term, so a stale
 //! claim from a cut-off old leader (lower term) never displaces the current
 //! one.
+//!
+//! A node's entry keeps the addresses it registered with while it lives: a
+//! heartbeat naming the same group and node id from other addresses is
+//! refused until the entry expires or the node unregisters (which only the
+//! node's own host may do), so a stray or forged heartbeat cannot point
+//! clients away from a live node. Groups and nodes per group are bounded.
+//! (Proving who sends a heartbeat at all is mutual TLS's job.)
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::proto::pb;
@@ -18,6 +26,11 @@ pub const ROLES: [&str; 4] = ["leader", "follower", "candidate", "learner"];
 pub const MAX_TOPICS: usize = 100_000;
 /// Longest cluster or group name.
 pub const MAX_NAME_LEN: usize = 127;
+/// Most broker groups one NameServer tracks.
+pub const MAX_GROUPS: usize = 10_000;
+/// Most nodes one group may register (a Raft group has 3 or 5, and a few
+/// more while members are replaced).
+pub const MAX_NODES_PER_GROUP: usize = 16;
 
 struct NodeState {
     hb: pb::BrokerHeartbeat,
@@ -85,27 +98,69 @@ pub fn validate(hb: &pb::BrokerHeartbeat) -> Result<(), InvalidHeartbeat> {
 impl Registry {
     /// Records a (validated) heartbeat. Returns whether the group's leader
     /// or the node's role changed (worth logging).
-    pub fn heartbeat(&mut self, hb: pb::BrokerHeartbeat, now: Instant) -> bool {
+    /// Refused: a live node's entry at other addresses, or past the bounds
+    /// on groups and nodes.
+    pub fn heartbeat(&mut self, hb: pb::BrokerHeartbeat, now: Instant) -> Result<bool, InvalidHeartbeat> {
         let key = (hb.cluster.clone(), hb.group.clone());
+        match self.groups.get(&key) {
+            None if self.groups.len() >= MAX_GROUPS => {
+                return Err(InvalidHeartbeat(format!(
+                    "this NameServer tracks {MAX_GROUPS} groups already"
+                )));
+            }
+            Some(g) => match g.get(&hb.node_id) {
+                Some(n) if n.hb.client_addr != hb.client_addr || n.hb.raft_addr != hb.raft_addr => {
+                    return Err(InvalidHeartbeat(format!(
+                        "node {} of group {} is registered at {} (raft {}); it moves once it unregisters or its entry expires",
+                        hb.node_id, hb.group, n.hb.client_addr, n.hb.raft_addr
+                    )));
+                }
+                None if g.len() >= MAX_NODES_PER_GROUP => {
+                    return Err(InvalidHeartbeat(format!(
+                        "group {} has {MAX_NODES_PER_GROUP} nodes registered already",
+                        hb.group
+                    )));
+                }
+                _ => {}
+            },
+            None => {}
+        }
         let leader_before = self.leader(&key);
         let group = self.groups.entry(key.clone()).or_default();
         let role_changed = group
             .get(&hb.node_id)
             .is_none_or(|n| n.hb.role != hb.role || n.hb.term != hb.term);
         group.insert(hb.node_id, NodeState { hb, last_seen: now });
-        role_changed || self.leader(&key) != leader_before
+        Ok(role_changed || self.leader(&key) != leader_before)
     }
 
-    pub fn unregister(&mut self, cluster: &str, group: &str, node_id: u64) -> bool {
+    /// Drops a node's entry, if `from` (the caller's address, when known)
+    /// is one of the node's own hosts.
+    pub fn unregister(
+        &mut self,
+        cluster: &str,
+        group: &str,
+        node_id: u64,
+        from: Option<IpAddr>,
+    ) -> Result<bool, InvalidHeartbeat> {
         let key = (cluster.to_string(), group.to_string());
         let Some(g) = self.groups.get_mut(&key) else {
-            return false;
+            return Ok(false);
         };
+        if let (Some(ip), Some(n)) = (from, g.get(&node_id)) {
+            let host = |a: &str| a.parse::<SocketAddr>().ok().map(|a| a.ip());
+            if host(&n.hb.client_addr) != Some(ip) && host(&n.hb.raft_addr) != Some(ip) {
+                return Err(InvalidHeartbeat(format!(
+                    "node {node_id} of group {group} is registered at {}: only its host unregisters it",
+                    n.hb.client_addr
+                )));
+            }
+        }
         let removed = g.remove(&node_id).is_some();
         if g.is_empty() {
             self.groups.remove(&key);
         }
-        removed
+        Ok(removed)
     }
 
     /// Drops nodes not heard from for `max_age`; returns them.
@@ -241,13 +296,13 @@ mod tests {
     fn the_highest_term_claim_leads_and_a_stale_one_never_replaces_it() {
         let mut r = Registry::default();
         let t0 = Instant::now();
-        r.heartbeat(hb(1, "leader", 3), t0);
-        r.heartbeat(hb(2, "follower", 3), t0);
+        r.heartbeat(hb(1, "leader", 3), t0).unwrap();
+        r.heartbeat(hb(2, "follower", 3), t0).unwrap();
         assert_eq!(r.leader(&key()), Some((1, 3)));
         // Node 3 wins term 4; node 1, cut off, still claims term 3.
-        r.heartbeat(hb(3, "leader", 4), t0);
+        r.heartbeat(hb(3, "leader", 4), t0).unwrap();
         assert_eq!(r.leader(&key()), Some((3, 4)));
-        r.heartbeat(hb(1, "leader", 3), t0 + Duration::from_secs(1));
+        r.heartbeat(hb(1, "leader", 3), t0 + Duration::from_secs(1)).unwrap();
         assert_eq!(r.leader(&key()), Some((3, 4)), "a lower-term claim must not win");
         let route = r.route("T").unwrap();
         assert_eq!(route.groups[0].leader_id, Some(3));
@@ -260,13 +315,42 @@ mod tests {
     fn silent_nodes_expire_and_unregister_is_immediate() {
         let mut r = Registry::default();
         let t0 = Instant::now();
-        r.heartbeat(hb(1, "leader", 1), t0);
-        r.heartbeat(hb(2, "follower", 1), t0 + Duration::from_secs(100));
+        r.heartbeat(hb(1, "leader", 1), t0).unwrap();
+        r.heartbeat(hb(2, "follower", 1), t0 + Duration::from_secs(100))
+            .unwrap();
         let gone = r.expire(t0 + Duration::from_secs(121), Duration::from_secs(120));
         assert_eq!(gone, vec![("c".into(), "g".into(), 1)]);
         assert_eq!(r.leader(&key()), None);
-        assert!(r.unregister("c", "g", 2));
+        // Only the node's own host unregisters it.
+        assert!(r.unregister("c", "g", 2, Some(IpAddr::from([10, 0, 0, 9]))).is_err());
+        assert!(r.unregister("c", "g", 2, Some(IpAddr::from([127, 0, 0, 1]))).unwrap());
         assert!(r.cluster_info(t0).nodes.is_empty());
+    }
+
+    #[test]
+    fn a_live_node_keeps_its_addresses_and_groups_are_bounded() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        r.heartbeat(hb(1, "leader", 1), t0).unwrap();
+        let mut moved = hb(1, "leader", 9);
+        moved.client_addr = "10.9.9.9:8081".into();
+        assert!(
+            r.heartbeat(moved.clone(), t0)
+                .unwrap_err()
+                .to_string()
+                .contains("registered at")
+        );
+        assert_eq!(r.leader(&key()), Some((1, 1)));
+        // Once the old entry is gone, the node may come back elsewhere.
+        r.expire(t0 + Duration::from_secs(200), Duration::from_secs(120));
+        r.heartbeat(moved, t0 + Duration::from_secs(200)).unwrap();
+        for n in 2..=MAX_NODES_PER_GROUP as u64 {
+            r.heartbeat(hb(n, "follower", 9), t0).unwrap();
+        }
+        assert!(
+            r.heartbeat(hb(99, "leader", 99), t0).is_err(),
+            "past the nodes a group may have"
+        );
     }
 
     #[test]

@@ -36,7 +36,11 @@ impl NameServer for NamesrvService {
             hb.role.clone(),
             hb.term,
         );
-        if self.registry().heartbeat(hb, Instant::now()) {
+        let changed = self
+            .registry()
+            .heartbeat(hb, Instant::now())
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        if changed {
             tracing::info!(%cluster, %group, node, %role, term, "broker state changed");
         }
         Ok(Response::new(pb::HeartbeatReply {}))
@@ -46,8 +50,13 @@ impl NameServer for NamesrvService {
         &self,
         request: Request<pb::UnregisterRequest>,
     ) -> Result<Response<pb::UnregisterReply>, Status> {
+        let from = request.remote_addr().map(|a| a.ip());
         let r = request.into_inner();
-        if self.registry().unregister(&r.cluster, &r.group, r.node_id) {
+        let removed = self
+            .registry()
+            .unregister(&r.cluster, &r.group, r.node_id, from)
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
+        if removed {
             tracing::info!(cluster = %r.cluster, group = %r.group, node = r.node_id, "broker unregistered");
         }
         Ok(Response::new(pb::UnregisterReply {}))

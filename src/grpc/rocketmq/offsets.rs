@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::service::*;
+use crate::broker::limits::ResponseBudget;
 use crate::broker::pop;
-use crate::broker::read::ResponseBudget;
 use crate::error::BrokerError;
 use crate::filter::Filter;
 use crate::grpc::grpc_timeout;
