@@ -33,7 +33,11 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
     let info_path = dir.path().join("dev.json");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !info_path.exists() {
-        assert!(dev.try_wait().unwrap().is_none(), "raftmq dev exited early");
+        assert!(
+            dev.try_wait().unwrap().is_none(),
+            "raftmq dev exited early: {}",
+            std::fs::read_to_string(&dev_err).unwrap_or_default()
+        );
         assert!(Instant::now() < deadline, "dev.json never appeared");
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -251,7 +251,44 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
             .into_inner();
         assert_eq!(code(&r.status), Code::InvalidTransactionId, "{message_id} {id}");
     }
-    still_whole(&mut c, &mut acked, "forged receipts and transaction ids").await;
+    // Finding 2: a tag filter of a megabyte is refused at subscription.
+    let mut huge_filter = receive_req("G1", "T", 1, 0);
+    huge_filter.filter_expression = Some(tags(&"t||".repeat(350_000)));
+    let (s, _) = receive_as(&mut v, "c-1", huge_filter).await;
+    assert_eq!(s, Code::IllegalFilterExpression);
+
+    // Finding 12: queue ids at the edge of their type are no queue, not an
+    // overflow.
+    let mut admin = c.client(leader).await;
+    let r = admin
+        .read(pb::ReadRequest {
+            topic: "T".into(),
+            queue_id: u32::MAX,
+            offset: u64::MAX,
+            max_count: u32::MAX,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.messages.is_empty());
+    let r = admin
+        .query_messages(pb::QueryMessagesRequest {
+            topic: "T".into(),
+            max: u32::MAX,
+            by: Some(pb::query_messages_request::By::TimeRange(pb::TimeRange {
+                queue_id: Some(u32::MAX),
+                begin_ms: 0,
+                end_ms: u64::MAX,
+            })),
+        })
+        .await;
+    assert_eq!(r.unwrap_err().code(), tonic::Code::InvalidArgument);
+    still_whole(
+        &mut c,
+        &mut acked,
+        "forged receipts and transaction ids, huge filters, edge queue ids",
+    )
+    .await;
 
     // Finding 7: a client id belongs to the address that first used it.
     let mut here = client(&c, leader).await;
@@ -303,7 +340,6 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
     // in-flight deliveries are bounded.
     let (s, _) = receive_as(&mut v, "c-2", receive_req("Ghost", "NoSuchTopic", 1, 0)).await;
     assert_eq!(s, Code::TopicNotFound);
-    let mut admin = c.client(leader).await;
     let ghost = admin
         .get_consumer_group(pb::GetConsumerGroupRequest { name: "Ghost".into() })
         .await;

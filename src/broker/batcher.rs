@@ -6,6 +6,14 @@
 //! new sends queue up, and the next proposal takes all of them. Under load
 //! the entry size grows by itself; an idle broker proposes at once.
 //!
+//! Admission control, as RocketMQ's send queue does it: at most
+//! `limits.max_queued_sends` sends wait for a proposal, and one that
+//! waited longer than `limits.max_send_queue_wait_ms` before its proposal
+//! starts is refused instead of proposed. Both refusals are
+//! `TOO_MANY_REQUESTS` (the clients retry after a back-off) and certain:
+//! nothing was stored. Under overload the sends that are admitted keep
+//! their latency; the rest are told at once to come back later.
+//!
 //! ```text
 //!  send ─► channel ─► wait for a free proposal slot, then take everything queued (bounded)
 //!                         └─► one Command with many batches ─► raft write ─► each sender
@@ -13,6 +21,7 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use raftmq_raft::RaftNode;
 use raftmq_raft::command::{BatchOutcome, Command, Response, SendBatch};
@@ -21,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::now_ms;
 use crate::error::BrokerError;
+use crate::proto::rocketmq::v2::Code;
 
 /// Most batches packed into one entry.
 pub const MAX_BATCHES_PER_ENTRY: usize = 1024;
@@ -33,14 +43,19 @@ pub const MAX_IN_FLIGHT: usize = 1;
 /// How long a proposal may take before its senders are told the outcome is
 /// unknown (a leader cut off from its group would otherwise hold them, and
 /// the proposal slot, forever).
-pub const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Room kept in a record for the command's own framing.
 const FRAMING: usize = 4096;
 
 struct Pending {
     batch: SendBatch,
     bytes: usize,
+    queued: Instant,
     reply: oneshot::Sender<Result<Placed, BrokerError>>,
+}
+
+fn busy(why: String) -> BrokerError {
+    BrokerError::Refused(Code::TooManyRequests, format!("the broker is busy: {why}; retry later"))
 }
 
 /// A batch's outcome and where its messages are in the log: the entry's
@@ -62,10 +77,12 @@ impl Batcher {
     /// `max_record` is the store's largest record: an entry never exceeds it
     /// (the log would refuse it, and openraft treats a refused append as a
     /// fatal storage error).
-    pub fn start(node: Arc<RaftNode>, max_record: usize) -> Batcher {
-        let (tx, rx) = mpsc::channel(16 * 1024);
+    ///
+    /// At most `max_queued` sends wait, none longer than `max_wait`.
+    pub fn start(node: Arc<RaftNode>, max_record: usize, max_queued: usize, max_wait: Duration) -> Batcher {
+        let (tx, rx) = mpsc::channel(max_queued.max(1));
         let max_entry = MAX_BYTES_PER_ENTRY.min(max_record.saturating_sub(FRAMING));
-        tokio::spawn(run(node, rx, max_entry));
+        tokio::spawn(run(node, rx, max_entry, max_wait));
         Batcher { tx }
     }
 
@@ -83,10 +100,16 @@ impl Batcher {
     pub async fn send_placed(&self, batch: SendBatch) -> Result<Placed, BrokerError> {
         let bytes = batch.messages.iter().map(|m| m.encoded_len()).sum();
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Pending { batch, bytes, reply })
-            .await
-            .map_err(|_| BrokerError::Unavailable("the broker is shutting down".into()))?;
+        let pending = Pending {
+            batch,
+            bytes,
+            queued: Instant::now(),
+            reply,
+        };
+        self.tx.try_send(pending).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => busy(format!("{} sends are queued", self.tx.max_capacity())),
+            mpsc::error::TrySendError::Closed(_) => BrokerError::Unavailable("the broker is shutting down".into()),
+        })?;
         rx.await
             .map_err(|_| BrokerError::OutcomeUnknown("the proposal was dropped".into()))?
     }
@@ -103,7 +126,20 @@ pub async fn write_bounded(node: &RaftNode, cmd: Command) -> Result<(LogId, Resp
     }
 }
 
-async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: usize) {
+/// Refuses a send that waited longer than `max_wait`; hands it back if not.
+fn fresh(p: Pending, max_wait: Duration) -> Option<Pending> {
+    let waited = p.queued.elapsed();
+    if waited <= max_wait {
+        return Some(p);
+    }
+    let _ = p.reply.send(Err(busy(format!(
+        "the send waited {} ms in the queue",
+        waited.as_millis()
+    ))));
+    None
+}
+
+async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: usize, max_wait: Duration) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     // A send that did not fit in the previous entry starts the next one.
     let mut carry: Option<Pending> = None;
@@ -119,15 +155,19 @@ async fn run(node: Arc<RaftNode>, mut rx: mpsc::Receiver<Pending>, max_entry: us
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
+        let Some(first) = fresh(first, max_wait) else {
+            continue;
+        };
         let mut bytes = first.bytes;
         let mut group = vec![first];
         while group.len() < MAX_BATCHES_PER_ENTRY {
-            match rx.try_recv() {
-                Ok(p) if bytes + p.bytes <= max_entry => {
+            match rx.try_recv().map(|p| fresh(p, max_wait)) {
+                Ok(None) => {}
+                Ok(Some(p)) if bytes + p.bytes <= max_entry => {
                     bytes += p.bytes;
                     group.push(p);
                 }
-                Ok(p) => {
+                Ok(Some(p)) => {
                     carry = Some(p);
                     break;
                 }

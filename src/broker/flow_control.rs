@@ -7,16 +7,25 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::BrokerError;
 use crate::proto::rocketmq::v2::Code;
+
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 pub struct FlowControl {
     rate: f64,
     /// Buckets kept at most; idle (full) ones are dropped first.
     max_buckets: usize,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<Buckets>,
+}
+
+struct Buckets {
+    by_caller: HashMap<String, Bucket>,
+    /// When idle buckets were last looked for (the sweep walks them all,
+    /// so it runs at most once a second however many callers arrive).
+    swept: Option<Instant>,
 }
 
 struct Bucket {
@@ -30,7 +39,10 @@ impl FlowControl {
         FlowControl {
             rate: f64::from(rate),
             max_buckets: max_buckets.max(1),
-            buckets: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(Buckets {
+                by_caller: HashMap::new(),
+                swept: None,
+            }),
         }
     }
 
@@ -43,15 +55,20 @@ impl FlowControl {
         if self.rate == 0.0 {
             return Ok(());
         }
-        let mut b = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !b.contains_key(caller) && b.len() >= self.max_buckets {
-            let rate = self.rate;
-            b.retain(|_, k| k.tokens + now.duration_since(k.at).as_secs_f64() * rate < rate);
-            if b.len() >= self.max_buckets {
+        let mut guard = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let b = &mut *guard;
+        if !b.by_caller.contains_key(caller) && b.by_caller.len() >= self.max_buckets {
+            if b.swept.is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY) {
+                let rate = self.rate;
+                b.by_caller
+                    .retain(|_, k| k.tokens + now.duration_since(k.at).as_secs_f64() * rate < rate);
+                b.swept = Some(now);
+            }
+            if b.by_caller.len() >= self.max_buckets {
                 return Err(refusal("too many callers at once"));
             }
         }
-        let k = b.entry(caller.to_string()).or_insert(Bucket {
+        let k = b.by_caller.entry(caller.to_string()).or_insert(Bucket {
             tokens: self.rate,
             at: now,
         });
@@ -74,8 +91,6 @@ fn refusal(why: &str) -> BrokerError {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]

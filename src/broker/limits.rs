@@ -25,6 +25,9 @@ pub struct LimitsConfig {
     /// `TOO_MANY_REQUESTS` (the official clients retry after a back-off).
     pub max_long_polls: usize,
     pub max_long_polls_per_client: usize,
+    /// Topics a group of brokers keeps (created by `topic create` or on a
+    /// client's first route query alike); a new one beyond is refused.
+    pub max_topics: usize,
     /// Consumer groups a group of brokers keeps (created ones and the ones
     /// made on first use alike).
     pub max_groups: usize,
@@ -36,6 +39,17 @@ pub struct LimitsConfig {
     /// stops before the message that would pass it (one message always
     /// fits).
     pub max_response_bytes: usize,
+    /// Send requests a node works on at once (its clients' and, on the
+    /// leader, those forwarded to it); one more is refused at once with
+    /// `TOO_MANY_REQUESTS`, nothing stored.
+    pub max_inflight_sends: usize,
+    /// Sends waiting for the leader to propose them, and how long one may
+    /// wait before its proposal starts (RocketMQ's send queue: 10,000 and
+    /// `waitTimeMillsInSendQueue`, 200 ms; the wait here includes the
+    /// commit of the proposal before, hence a longer default). Past either
+    /// a send gets `TOO_MANY_REQUESTS`, certain that nothing was stored.
+    pub max_queued_sends: usize,
+    pub max_send_queue_wait_ms: u64,
     /// Requests per second one client id may make to this node, with
     /// bursts of as many (0: no limit). Requests over it are refused with
     /// `TOO_MANY_REQUESTS`, RocketMQ's flow-control answer.
@@ -50,9 +64,13 @@ impl Default for LimitsConfig {
             max_clients: 65_536,
             max_long_polls: 16_384,
             max_long_polls_per_client: 1024,
+            max_topics: 10_000,
             max_groups: 10_000,
             max_inflight_per_queue: 100_000,
             max_response_bytes: 16 << 20,
+            max_inflight_sends: 1024,
+            max_queued_sends: 10_000,
+            max_send_queue_wait_ms: 500,
             max_requests_per_client_per_s: 0,
         }
     }
@@ -66,9 +84,13 @@ impl LimitsConfig {
             ("max_clients", self.max_clients),
             ("max_long_polls", self.max_long_polls),
             ("max_long_polls_per_client", self.max_long_polls_per_client),
+            ("max_topics", self.max_topics),
             ("max_groups", self.max_groups),
             ("max_inflight_per_queue", self.max_inflight_per_queue),
             ("max_response_bytes", self.max_response_bytes),
+            ("max_inflight_sends", self.max_inflight_sends),
+            ("max_queued_sends", self.max_queued_sends),
+            ("max_send_queue_wait_ms", self.max_send_queue_wait_ms as usize),
         ];
         for (name, v) in positive {
             if v == 0 {

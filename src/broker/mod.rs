@@ -59,6 +59,7 @@ use crate::broker::metrics::{BrokerMetrics, TopicLabels};
 use crate::broker::pop::{GroupDefaults, Popper};
 use crate::error::BrokerError;
 use crate::proto::pb::broker_client::BrokerClient;
+use crate::proto::rocketmq::v2::Code;
 
 /// How long a follower waits for a leader to forward to.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
@@ -80,6 +81,8 @@ pub struct Broker {
     pub batcher: Batcher,
     peers: Mutex<HashMap<String, Channel>>,
     scans: Arc<tokio::sync::Semaphore>,
+    /// Sends in progress at this node (`limits.max_inflight_sends`).
+    sends: Arc<tokio::sync::Semaphore>,
     /// Log digests (which read every record) run one at a time.
     digests: Arc<tokio::sync::Semaphore>,
 }
@@ -95,18 +98,40 @@ impl Broker {
             cfg.limits.clone(),
         );
         Broker {
-            batcher: Batcher::start(node.clone(), cfg.store.max_record_size as usize),
+            batcher: Batcher::start(
+                node.clone(),
+                cfg.store.max_record_size as usize,
+                cfg.limits.max_queued_sends,
+                Duration::from_millis(cfg.limits.max_send_queue_wait_ms),
+            ),
             popper,
             clients: Clients::new(cfg.limits.max_clients),
             long_polls: LongPolls::new(cfg.limits.max_long_polls, cfg.limits.max_long_polls_per_client),
             flow_control: FlowControl::new(cfg.limits.max_requests_per_client_per_s, cfg.limits.max_clients),
             metrics: Arc::new(BrokerMetrics::new(node.clone(), &cfg.group)),
             node,
-            cfg,
             peers: Mutex::new(HashMap::new()),
             scans: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS)),
+            sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
             digests: Arc::new(tokio::sync::Semaphore::new(1)),
+            cfg,
         }
+    }
+
+    /// A place for one more send request in progress at this node, or
+    /// `TOO_MANY_REQUESTS` at once: bounding the sends a node works on
+    /// bounds how long an admitted one waits, and a refusal costs next to
+    /// nothing. Held until the answer (forwarding to the leader included).
+    pub fn admit_send(&self) -> Result<tokio::sync::OwnedSemaphorePermit, BrokerError> {
+        self.sends.clone().try_acquire_owned().map_err(|_| {
+            BrokerError::Refused(
+                Code::TooManyRequests,
+                format!(
+                    "the broker is busy: {} sends in progress (limits.max_inflight_sends); retry later",
+                    self.cfg.limits.max_inflight_sends
+                ),
+            )
+        })
     }
 
     /// Runs `f`, a read that walks the store, on a blocking thread once one
@@ -322,6 +347,16 @@ impl Broker {
         if t.perm & !6 != 0 || t.perm == 0 {
             return Err(BrokerError::Invalid(
                 "perm must be 2 (write), 4 (read) or 6 (both)".into(),
+            ));
+        }
+        let (exists, topics) = self
+            .node
+            .sm
+            .with_metadata(|m| (m.topics.contains_key(&t.name), m.topics.len()));
+        if !exists && topics >= self.cfg.limits.max_topics {
+            return Err(BrokerError::Refused(
+                Code::Forbidden,
+                format!("this broker group keeps {topics} topics, its limit (limits.max_topics): delete unused ones"),
             ));
         }
         let cmd = raftmq_raft::Command::admin(&AdminCommand::PutTopic(t));

@@ -65,6 +65,7 @@ fn v1_client(channel: Channel) -> BrokerClient<Channel> {
 #[tonic::async_trait]
 impl broker_server::Broker for BrokerService {
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
+        let _in_progress = self.broker.admit_send()?;
         let out = self
             .on_leader(
                 request,

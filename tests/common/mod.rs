@@ -379,8 +379,12 @@ pub async fn send_retrying(client: &mut BrokerClient<Channel>, q: u32, i: u64) -
         match r {
             Ok(r) => return r.into_inner().first_queue_offset,
             Err(e) if std::time::Instant::now() < deadline => {
+                // ResourceExhausted: a busy leader refused it, nothing stored.
                 assert!(
-                    matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Aborted),
+                    matches!(
+                        e.code(),
+                        tonic::Code::Unavailable | tonic::Code::Aborted | tonic::Code::ResourceExhausted
+                    ),
                     "{e}"
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -22,7 +22,8 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::cli::produce::{parse_duration, pattern_body};
-use crate::client::{Client, Outgoing};
+use crate::client::{Client, ClientError, Outgoing};
+use crate::proto::rocketmq::v2::Code;
 
 /// User property carrying the send time (µs since the epoch).
 const SENT_US: &str = "bench_sent_us";
@@ -77,6 +78,12 @@ pub struct ProduceBench {
     /// (the topic must accept DELAY messages).
     #[arg(long, value_parser = crate::cli::produce::parse_delay)]
     pub delay: Option<Duration>,
+    /// Open loop: offer this many sends per second whatever the answers,
+    /// with at most --concurrency outstanding (offers that find them all
+    /// busy are counted as not offered). Without it each sender waits for
+    /// its answer before the next send.
+    #[arg(long)]
+    pub rate: Option<u64>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -113,10 +120,11 @@ struct BenchArgs {
     json: bool,
     plot: Option<std::path::PathBuf>,
     delay: Option<Duration>,
+    rate: Option<u64>,
 }
 
 impl BenchArgs {
-    fn new(c: Common, group: Option<String>, size: usize, delay: Option<Duration>) -> BenchArgs {
+    fn new(c: Common, group: Option<String>, size: usize, delay: Option<Duration>, rate: Option<u64>) -> BenchArgs {
         BenchArgs {
             endpoint: c.endpoint,
             topic: c.topic,
@@ -128,6 +136,7 @@ impl BenchArgs {
             json: c.json,
             plot: c.plot,
             delay,
+            rate,
         }
     }
 }
@@ -137,7 +146,11 @@ impl BenchArgs {
 pub struct Report {
     pub mode: String,
     pub ok: u64,
+    /// Refused with TOO_MANY_REQUESTS: the broker was busy, nothing stored.
+    pub refused: u64,
     pub errors: u64,
+    /// Open loop (--rate): offers that found every sender busy.
+    pub not_offered: u64,
     pub secs: f64,
     pub msgs_per_s: f64,
     pub mib_per_s: f64,
@@ -146,6 +159,18 @@ pub struct Report {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+}
+
+/// How long a sender waits after the broker said it is busy.
+const REFUSED_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How one send ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Ok,
+    /// TOO_MANY_REQUESTS: nothing stored, come back later.
+    Refused,
+    Failed,
 }
 
 /// Latency samples: (seconds since the start, latency in µs).
@@ -172,7 +197,9 @@ struct Run {
     /// Messages sent (or received) and their budget.
     sent: AtomicU64,
     received: AtomicU64,
+    refused: AtomicU64,
     errors: AtomicU64,
+    not_offered: AtomicU64,
     samples: Samples,
     /// This run's id (see [`RUN_ID`]).
     run_id: String,
@@ -202,21 +229,75 @@ impl Run {
     async fn send_loop(self: Arc<Self>, e2e: bool) {
         let mut i = 0u64;
         while self.budget_left(&self.sent) {
-            let body = pattern_body(i, self.args.size);
-            i += 1;
-            let mut m = Outgoing::new(self.args.topic.clone(), body)
-                .property(SENT_US, now_us().to_string())
-                .property(RUN_ID, self.run_id.clone());
-            if let Some(d) = self.args.delay {
-                m = m.deliver_at(crate::clock::now_ms() + d.as_millis() as u64);
+            if self.send_one(i, e2e).await == Sent::Refused {
+                tokio::time::sleep(REFUSED_BACKOFF).await;
             }
-            let t = Instant::now();
-            match self.client.send(m).await {
-                Ok(_) if !e2e => self.record(t.elapsed().as_micros() as u64).await,
-                Ok(_) => {}
-                Err(_) => {
-                    self.errors.fetch_add(1, Ordering::Relaxed);
+            i += 1;
+        }
+    }
+
+    /// Open loop: offers `rate` sends a second until the budget is spent,
+    /// each in its own task, at most `--concurrency` outstanding.
+    async fn rate_loop(self: Arc<Self>, rate: u64) {
+        let room = Arc::new(tokio::sync::Semaphore::new(self.args.concurrency));
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        let mut offered = 0u64;
+        'offering: loop {
+            tick.tick().await;
+            let due = (self.started.elapsed().as_secs_f64() * rate as f64) as u64;
+            while offered < due {
+                if !self.budget_left(&self.sent) {
+                    break 'offering;
                 }
+                match room.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let run = self.clone();
+                        tokio::spawn(async move {
+                            // A refused sender backs off before its slot is
+                            // free again, as the official clients do.
+                            if run.send_one(offered, false).await == Sent::Refused {
+                                tokio::time::sleep(REFUSED_BACKOFF).await;
+                            }
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        self.not_offered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                offered += 1;
+            }
+        }
+        // The outstanding sends finish.
+        let _ = room.acquire_many(self.args.concurrency as u32).await;
+    }
+
+    async fn send_one(&self, i: u64, e2e: bool) -> Sent {
+        let body = pattern_body(i, self.args.size);
+        let mut m = Outgoing::new(self.args.topic.clone(), body)
+            .property(SENT_US, now_us().to_string())
+            .property(RUN_ID, self.run_id.clone());
+        if let Some(d) = self.args.delay {
+            m = m.deliver_at(crate::clock::now_ms() + d.as_millis() as u64);
+        }
+        let t = Instant::now();
+        match self.client.send(m).await {
+            Ok(_) => {
+                if !e2e {
+                    self.record(t.elapsed().as_micros() as u64).await;
+                }
+                Sent::Ok
+            }
+            Err(ClientError::Refused {
+                code: Code::TooManyRequests,
+                ..
+            }) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Sent::Refused
+            }
+            Err(_) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Sent::Failed
             }
         }
     }
@@ -286,12 +367,15 @@ impl Run {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let (mode, a) = match cmd {
-        BenchCommand::Produce(b) => ("produce", BenchArgs::new(b.common, None, b.size, b.delay)),
-        BenchCommand::Consume(b) => ("consume", BenchArgs::new(b.common, Some(b.group), 0, None)),
-        BenchCommand::E2e(b) => ("e2e", BenchArgs::new(b.common, Some(b.group), b.size, None)),
+        BenchCommand::Produce(b) => ("produce", BenchArgs::new(b.common, None, b.size, b.delay, b.rate)),
+        BenchCommand::Consume(b) => ("consume", BenchArgs::new(b.common, Some(b.group), 0, None, None)),
+        BenchCommand::E2e(b) => ("e2e", BenchArgs::new(b.common, Some(b.group), b.size, None, None)),
     };
     if a.concurrency == 0 || a.concurrency > 4096 {
         anyhow::bail!("--concurrency must be between 1 and 4096");
+    }
+    if a.rate == Some(0) {
+        anyhow::bail!("--rate must be at least 1 send per second");
     }
     let duration = a.duration.or(a.count.is_none().then_some(Duration::from_secs(10)));
     let client = Client::connect(&a.endpoint)?;
@@ -307,7 +391,9 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         deadline: duration.map(|d| started + d),
         sent: AtomicU64::new(0),
         received: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
         errors: AtomicU64::new(0),
+        not_offered: AtomicU64::new(0),
         samples: Arc::default(),
         run_id: format!("{:016x}", rand::random::<u64>()),
         own_only: mode == "e2e",
@@ -315,8 +401,11 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     });
     let bar = progress_bar(&a, duration);
     let mut tasks = Vec::new();
+    if let Some(rate) = a.rate {
+        tasks.push(tokio::spawn(run.clone().rate_loop(rate)));
+    }
     for _ in 0..a.concurrency {
-        if mode != "consume" {
+        if mode != "consume" && a.rate.is_none() {
             tasks.push(tokio::spawn(run.clone().send_loop(mode == "e2e")));
         }
         if mode != "produce" {
@@ -361,7 +450,9 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let report = Report {
         mode: mode.into(),
         ok,
+        refused: run.refused.load(Ordering::Relaxed),
         errors: run.errors.load(Ordering::Relaxed),
+        not_offered: run.not_offered.load(Ordering::Relaxed),
         secs,
         msgs_per_s: ok as f64 / secs,
         mib_per_s: ok as f64 * a.size as f64 / secs / (1024.0 * 1024.0),
@@ -378,9 +469,12 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "{mode}: {} ok, {} errors in {:.1} s: {:.0} msgs/s, {:.2} MiB/s",
-            report.ok, report.errors, report.secs, report.msgs_per_s, report.mib_per_s
+            "{mode}: {} ok, {} refused (busy), {} errors in {:.1} s: {:.0} msgs/s, {:.2} MiB/s",
+            report.ok, report.refused, report.errors, report.secs, report.msgs_per_s, report.mib_per_s
         );
+        if a.rate.is_some() {
+            println!("offers not made (every sender busy): {}", report.not_offered);
+        }
         println!(
             "latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
             report.p50_ms, report.p90_ms, report.p99_ms, report.p999_ms, report.max_ms

@@ -33,13 +33,17 @@ pub(super) async fn send_message(
                 .unwrap_or_default()
         })
         .collect();
-    let out = svc
-        .on_leader(
-            request,
-            |req| async move { send_local(svc, req).await },
-            |mut c, r| async move { c.send_message(r).await.map(Response::into_inner) },
-        )
-        .await;
+    let out = match svc.broker.admit_send() {
+        Ok(_in_progress) => {
+            svc.on_leader(
+                request,
+                |req| async move { send_local(svc, req).await },
+                |mut c, r| async move { c.send_message(r).await.map(Response::into_inner) },
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     Ok(Response::new(match out {
         Ok(r) => r,
         // Every message gets an entry (clients index the first one).

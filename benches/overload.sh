@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Ten times the load a group sustains, then back to normal: what a greedy
+# crowd of producers and consumers does to `raftmq dev` (three nodes, each
+# its own process, default config).
+#
+#   bash benches/overload.sh [RAFTMQ_BIN] [BASE_PORT]
+#
+# 1. sustainable: 64 closed-loop senders (each waits for its answer) for
+#    10 s through all three endpoints: S msgs/s and its latency;
+# 2. overload: eight producer processes (each its own connections) offer
+#    10 x S sends/s in all, open loop, up to 1024 outstanding each, for
+#    30 s, with 160 receivers of a second group;
+# 3. recovery: the sustainable load again, as soon as the crowd stops,
+#    for 10 s;
+# 4. audit: a new consumer group drains the topic; every acknowledged send
+#    must be there.
+# Prints each phase's report (admitted, refused with TOO_MANY_REQUESTS,
+# other errors, latency of the admitted), the nodes' peak memory, whether
+# every node stayed up, and the audit.
+#
+# Defaults: target/release/raftmq, base port 32000.
+set -euo pipefail
+bin=${1:-target/release/raftmq}
+base=${2:-32000}
+dir=$(mktemp -d)
+"$bin" dev --dir "$dir" --base-port "$base" >/dev/null 2>"$dir/dev.err" &
+dev=$!
+trap 'kill -INT $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done
+[ -f "$dir/dev.json" ] || { echo "raftmq dev did not start: $(tail -3 "$dir/dev.err")" >&2; exit 1; }
+endpoints="127.0.0.1:$((base + 8081));127.0.0.1:$((base + 8082));127.0.0.1:$((base + 8083))"
+pids=$(python3 -c "import json,sys;print(' '.join(str(n['pid']) for n in json.load(open(sys.argv[1]))['nodes']))" "$dir/dev.json")
+field() { python3 -c "import json,sys;print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+show() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+r = json.loads(sys.argv[2])
+print(f"{sys.argv[1]:<12} {r['ok']:>8} ok {r['msgs_per_s']:>8.0f}/s  refused {r['refused']:>7}  errors {r['errors']:>5}  "
+      f"p50 {r['p50_ms']:>7.2f}  p99 {r['p99_ms']:>8.2f}  max {r['max_ms']:>8.2f} ms")
+PY
+}
+rss_peak=0
+sample_rss() {
+  for p in $pids; do
+    kb=$(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    [ "$kb" -gt "$rss_peak" ] && rss_peak=$kb
+  done
+  return 0
+}
+
+sleep 2
+base_run=$("$bin" bench produce --endpoint "$endpoints" --concurrency 64 --duration 10s --json)
+show sustainable "$base_run"
+rate=$(python3 -c "import json,sys;print(int(10 * json.loads(sys.argv[1])['msgs_per_s']))" "$base_run")
+clients=8
+echo "overload: $clients producer processes offering $rate sends/s in all for 30 s, with 160 receivers"
+"$bin" bench consume --endpoint "$endpoints" --group Crowd --concurrency 160 --duration 30s --json >"$dir/consume.json" &
+consumers=$!
+producers=()
+for i in $(seq 1 "$clients"); do
+  "$bin" bench produce --endpoint "$endpoints" --rate "$((rate / clients))" --concurrency 1024 --duration 30s \
+    --json >"$dir/overload.$i.json" &
+  producers+=($!)
+done
+while kill -0 "${producers[0]}" 2>/dev/null; do sample_rss; sleep 1; done
+wait "${producers[@]}"
+wait "$consumers"
+# The clients' reports as one: counts summed, latency the worst client's.
+over=$(python3 - "$dir"/overload.*.json <<'PY'
+import json, sys
+rs = [json.load(open(f)) for f in sys.argv[1:]]
+out = {k: sum(r[k] for r in rs) for k in ("ok", "refused", "errors", "not_offered", "msgs_per_s")}
+out.update({k: max(r[k] for r in rs) for k in ("p50_ms", "p99_ms", "max_ms")})
+print(json.dumps(out))
+PY
+)
+# The load has dropped: how soon is the group back to normal?
+after=$("$bin" bench produce --endpoint "$endpoints" --concurrency 64 --duration 10s --json --plot "$dir/recovery.png")
+show overload "$over"
+echo "             not offered (a client's 1024 outstanding all busy): $(field "$over" not_offered); latency: the worst client's"
+show recovery "$after"
+python3 - "$(cat "$dir/consume.json")" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+print(f"receivers    {r['ok']:>8} received, {r['errors']:>5} errors, p99 send-to-receive not measured (consume)")
+PY
+alive=0
+for p in $pids; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+echo "nodes alive: $alive of 3; peak RSS of a node: $((rss_peak / 1024)) MiB"
+echo "recovery: $(python3 -c "import json,sys;a=json.loads(sys.argv[1]);b=json.loads(sys.argv[2]);print(f\"{b['msgs_per_s']/a['msgs_per_s']:.2f} of the sustainable rate\")" "$base_run" "$after")"
+acked=$(python3 -c "import json,sys;print(sum(json.loads(a)['ok'] for a in sys.argv[1:]))" "$base_run" "$over" "$after")
+audit=$("$bin" bench consume --endpoint "$endpoints" --group Audit --concurrency 16 --count "$acked" --json)
+got=$(field "$audit" ok)
+echo "audit: $acked sends acknowledged, $got received by a new group"
+[ "$got" -ge "$acked" ] && [ "$alive" -eq 3 ]
