@@ -22,12 +22,7 @@
 set -euo pipefail
 bin=${1:-target/release/raftmq}
 base=${2:-32000}
-dir=$(mktemp -d)
-"$bin" dev --dir "$dir" --base-port "$base" >/dev/null 2>"$dir/dev.err" &
-dev=$!
-trap 'kill -INT $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done
-[ -f "$dir/dev.json" ] || { echo "raftmq dev did not start: $(tail -3 "$dir/dev.err")" >&2; exit 1; }
+. "$(dirname "$0")/dev_cluster.sh"
 endpoints="127.0.0.1:$((base + 8081));127.0.0.1:$((base + 8082));127.0.0.1:$((base + 8083))"
 pids=$(python3 -c "import json,sys;print(' '.join(str(n['pid']) for n in json.load(open(sys.argv[1]))['nodes']))" "$dir/dev.json")
 field() { python3 -c "import json,sys;print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }

@@ -10,12 +10,7 @@
 set -euo pipefail
 bin=${1:-target/release/raftmq}
 base=${2:-31000}
-dir=$(mktemp -d)
-"$bin" dev --dir "$dir" --base-port "$base" >/dev/null 2>"$dir/dev.err" &
-dev=$!
-trap 'kill -INT $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done
-[ -f "$dir/dev.json" ] || { echo "raftmq dev did not start: $(tail -3 "$dir/dev.err")" >&2; exit 1; }
+. "$(dirname "$0")/dev_cluster.sh"
 pid_of() { python3 -c "import json,sys;print([n['pid'] for n in json.load(open(sys.argv[1]))['nodes'] if n['node_id']==int(sys.argv[2])][0])" "$dir/dev.json" "$1"; }
 leader=; follower=
 for n in 1 2 3; do

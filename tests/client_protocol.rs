@@ -117,19 +117,10 @@ async fn status_codes_and_malformed_input() {
         resource_namespace: String::new(),
         name: "T".into(),
     });
-    let r = c
-        .end_transaction(v2::EndTransactionRequest {
-            topic: topic.clone(),
-            message_id: "id-1".into(),
-            transaction_id: "x1.999999.0".into(),
-            resolution: v2::TransactionResolution::Commit as i32,
-            source: v2::TransactionSource::SourceClient as i32,
-            trace_context: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(code(&r.status), Code::InvalidTransactionId);
+    assert_eq!(
+        commit(&mut c, "T", "id-1", "x1.999999.0").await,
+        Code::InvalidTransactionId
+    );
     // A handle in the right shape but not sealed by this group is refused
     // as garbage is.
     for (handle, want) in [

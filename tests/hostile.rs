@@ -237,19 +237,11 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
     let real = r.entries[0].transaction_id.clone();
     let forged = format!("{}.{}", real.rsplit_once('.').unwrap().0, "0".repeat(32));
     for (message_id, id) in [("h1", forged.as_str()), ("other", real.as_str())] {
-        let r = v
-            .end_transaction(v2::EndTransactionRequest {
-                topic: resource("Txn"),
-                message_id: message_id.into(),
-                transaction_id: id.into(),
-                resolution: v2::TransactionResolution::Commit as i32,
-                source: v2::TransactionSource::SourceClient as i32,
-                trace_context: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(code(&r.status), Code::InvalidTransactionId, "{message_id} {id}");
+        assert_eq!(
+            commit(&mut v, "Txn", message_id, id).await,
+            Code::InvalidTransactionId,
+            "{message_id} {id}"
+        );
     }
     // Finding 2: a tag filter of a megabyte is refused at subscription.
     let mut huge_filter = receive_req("G1", "T", 1, 0);

@@ -105,3 +105,25 @@ pub fn tags(expr: &str) -> v2::FilterExpression {
         expression: expr.into(),
     }
 }
+
+/// Commits a transaction as its producer would; the answer's code.
+pub async fn commit(
+    c: &mut MessagingServiceClient<Channel>,
+    topic: &str,
+    message_id: &str,
+    transaction_id: &str,
+) -> Code {
+    let r = c
+        .end_transaction(v2::EndTransactionRequest {
+            topic: resource(topic),
+            message_id: message_id.into(),
+            transaction_id: transaction_id.into(),
+            resolution: v2::TransactionResolution::Commit as i32,
+            source: v2::TransactionSource::SourceClient as i32,
+            trace_context: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    code(&r.status)
+}
