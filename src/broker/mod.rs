@@ -119,9 +119,10 @@ impl Broker {
     }
 
     /// A place for one more send request in progress at this node, or
-    /// `TOO_MANY_REQUESTS` at once: bounding the sends a node works on
-    /// bounds how long an admitted one waits, and a refusal costs next to
-    /// nothing. Held until the answer (forwarding to the leader included).
+    /// `TOO_MANY_REQUESTS` at once: under overload the sends a node works on
+    /// stay bounded and the rest are refused with certainty (nothing stored)
+    /// instead of timing out. Held until the answer (forwarding to the
+    /// leader included).
     pub fn admit_send(&self) -> Result<tokio::sync::OwnedSemaphorePermit, BrokerError> {
         self.sends.clone().try_acquire_owned().map_err(|_| {
             BrokerError::Refused(

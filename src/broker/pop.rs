@@ -73,17 +73,17 @@ struct Room {
 }
 
 impl Room {
-    fn fits(&self, size: u64) -> bool {
-        self.messages > 0 && self.bytes.fits(size as usize)
+    fn fits(&self, size: usize) -> bool {
+        self.messages > 0 && self.bytes.fits(size)
     }
 
     /// Takes a message of `size` bytes if it fits.
-    fn take(&mut self, size: u64) -> bool {
+    fn take(&mut self, size: usize) -> bool {
         if !self.fits(size) {
             return false;
         }
         self.messages -= 1;
-        self.bytes.take(size as usize)
+        self.bytes.take(size)
     }
 }
 
@@ -225,17 +225,18 @@ impl Popper {
     /// config and queue ends, and the group's consumption state of it
     /// (each queue state counts its changes). Equal keys: re-planning would
     /// find what the last round found.
-    fn wake_key(&self, r: &Receive) -> (Option<TopicConfig>, u64, u64) {
+    fn wake_key(&self, r: &Receive) -> (Option<(u32, u32)>, u64, u64) {
+        // (read queues, permission): what planning takes from the config.
         let (topic, changes) = self.node.sm.with_metadata(|m| {
             let changes = m
                 .consumption
                 .get(&r.group)
                 .and_then(|t| t.get(&r.topic))
                 .map_or(0, |q| q.values().fold(0u64, |a, s| a.wrapping_add(s.changes)));
-            (m.topics.get(&r.topic).cloned(), changes)
+            (m.topics.get(&r.topic).map(|t| (t.read_queues, t.perm)), changes)
         });
-        let ends = topic.as_ref().map_or(0, |t| {
-            (0..t.read_queues)
+        let ends = topic.map_or(0, |(queues, _)| {
+            (0..queues)
                 .filter_map(|q| self.node.store.queue(&r.topic, q))
                 .fold(0u64, |a, cq| a.wrapping_add(cq.max_offset()))
         });
@@ -381,7 +382,7 @@ impl Popper {
                             .store
                             .queue(&r.topic, queue_id)
                             .and_then(|cq| cq.get(*offset).ok())
-                            .map_or(0, |u| u64::from(u.size));
+                            .map_or(0, |u| u.size as usize);
                         if room.take(size) {
                             plan.redeliver.push((*offset, f.handle));
                         }
@@ -394,11 +395,7 @@ impl Popper {
             let inflight = state.map_or(0, |s| s.inflight.len());
             let cap = self.limits.max_inflight_per_queue.saturating_sub(inflight);
             if !blocked && room.messages > 0 && cap > 0 {
-                let all = room.messages;
-                room.messages = all.min(cap);
-                let before = room.messages;
-                plan.fresh = self.fresh(r, queue_id, state, &mut room)?;
-                room.messages = all - (before - room.messages);
+                plan.fresh = self.fresh(r, queue_id, state, &mut room, cap)?;
             }
             if !plan.redeliver.is_empty() || plan.fresh.is_some() {
                 planned.plans.push(plan);
@@ -408,13 +405,14 @@ impl Popper {
     }
 
     /// Fresh offsets of one queue that pass the filter, as many as `room`
-    /// takes.
+    /// takes and at most `cap`.
     fn fresh(
         &self,
         r: &Receive,
         queue_id: u32,
         state: Option<&QueueState>,
         room: &mut Room,
+        cap: usize,
     ) -> Result<Option<FreshRange>, BrokerError> {
         let Some(cq) = self.node.store.queue(&r.topic, queue_id) else {
             return Ok(None);
@@ -425,9 +423,9 @@ impl Popper {
         let mut to = from.max(cq.min_offset());
         let end = cq.max_offset().min(to.saturating_add(MAX_SCAN));
         let mut offsets = Vec::new();
-        while to < end && room.messages > 0 {
+        while to < end && offsets.len() < cap {
             let unit = cq.get(to).map_err(|e| BrokerError::Internal(e.to_string()))?;
-            if !room.fits(u64::from(unit.size)) {
+            if !room.fits(unit.size as usize) {
                 break;
             }
             to += 1;
@@ -444,7 +442,7 @@ impl Popper {
                 }
             }
             offsets.push(to - 1);
-            room.take(u64::from(unit.size));
+            room.take(unit.size as usize);
         }
         Ok((to > from).then_some(FreshRange { from, to, offsets }))
     }
@@ -557,8 +555,6 @@ impl Popper {
     }
 }
 
-/// Consumer group names follow the topic name rule (they name the group's
-/// dead-letter topic too).
 /// Refuses a new consumer group when the group of brokers keeps `max`
 /// already (`limits.max_groups`).
 pub fn check_group_room(node: &RaftNode, max: usize) -> Result<(), BrokerError> {
@@ -572,6 +568,8 @@ pub fn check_group_room(node: &RaftNode, max: usize) -> Result<(), BrokerError> 
     Ok(())
 }
 
+/// Consumer group names follow the topic name rule (they name the group's
+/// dead-letter topic too).
 pub fn validate_group(name: &str) -> Result<(), BrokerError> {
     // Room for the "%DLQ%" prefix within a topic name's 127 characters.
     let max = 127 - consumption::DLQ_PREFIX.len();

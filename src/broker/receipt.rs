@@ -24,20 +24,13 @@ const MAX_LEN: usize = 128;
 
 pub fn encode(seal: &Seal, group: &str, topic: &str, r: &Receipt) -> String {
     let body = format!("{VERSION}.{:x}.{:x}.{:x}", r.queue_id, r.offset, r.handle);
-    let tag = seal.tag(DOMAIN, &[group.as_bytes(), topic.as_bytes(), body.as_bytes()]);
-    format!("{body}.{tag}")
+    seal.seal(DOMAIN, &[group.as_bytes(), topic.as_bytes()], body)
 }
 
 /// Parses a handle; `None` if it is not one this group made for `group`
 /// and `topic`.
 pub fn decode(seal: &Seal, group: &str, topic: &str, s: &str) -> Option<Receipt> {
-    if s.len() > MAX_LEN {
-        return None;
-    }
-    let (body, tag) = s.rsplit_once('.')?;
-    if !seal.verify(DOMAIN, &[group.as_bytes(), topic.as_bytes(), body.as_bytes()], tag) {
-        return None;
-    }
+    let body = seal.open(DOMAIN, &[group.as_bytes(), topic.as_bytes()], s, MAX_LEN)?;
     let mut parts = body.split('.');
     if parts.next()? != VERSION {
         return None;

@@ -13,6 +13,10 @@
 //! its first [`TAG_LEN`] bytes and written as lowercase hex. Verification
 //! is constant-time.
 //!
+//! A token is its body, a `.`, then the tag over the body and the token's
+//! context (what it may be used for, not written in it): [`Seal::seal`]
+//! and [`Seal::open`] are the only two ways tokens are made and read.
+//!
 //! A group gets its secret from the first leader that seals a token; until
 //! then (a new group that never served a consumer) nothing is sealed.
 
@@ -48,6 +52,22 @@ impl Seal {
         m
     }
 
+    /// `body` made a token of `domain` for `context`: `<body>.<tag>`.
+    pub fn seal(&self, domain: &str, context: &[&[u8]], body: String) -> String {
+        let tag = self.tag(domain, &with_body(context, &body));
+        format!("{body}.{tag}")
+    }
+
+    /// The body of `token` if it is at most `max_len` long and was sealed
+    /// in `domain` for `context`.
+    pub fn open<'a>(&self, domain: &str, context: &[&[u8]], token: &'a str, max_len: usize) -> Option<&'a str> {
+        if token.len() > max_len {
+            return None;
+        }
+        let (body, tag) = token.rsplit_once('.')?;
+        self.verify(domain, &with_body(context, body), tag).then_some(body)
+    }
+
     /// The tag of `parts` in `domain`, as hex.
     pub fn tag(&self, domain: &str, parts: &[&[u8]]) -> String {
         let full = self.mac(domain, parts).finalize().into_bytes();
@@ -59,6 +79,11 @@ impl Seal {
         let Some(bytes) = unhex(tag) else { return false };
         bytes.len() == TAG_LEN && self.mac(domain, parts).verify_truncated_left(&bytes).is_ok()
     }
+}
+
+/// The parts a token's tag covers: its context, then its body.
+fn with_body<'a>(context: &[&'a [u8]], body: &'a str) -> Vec<&'a [u8]> {
+    context.iter().copied().chain([body.as_bytes()]).collect()
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {

@@ -172,10 +172,16 @@ impl Cluster {
     }
 
     pub async fn client(&self, id: u64) -> BrokerClient<Channel> {
+        BrokerClient::new(self.channel(id).await)
+    }
+
+    /// A channel to node `id`'s client port, retried for 20 s while the
+    /// node starts.
+    pub async fn channel(&self, id: u64) -> Channel {
         let addr = format!("http://{}", self.node(id).client_addr);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            match BrokerClient::connect(addr.clone()).await {
+            match Channel::from_shared(addr.clone()).unwrap().connect().await {
                 Ok(c) => return c,
                 Err(e) if Instant::now() > deadline => panic!("node {id} never listened: {e}"),
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,

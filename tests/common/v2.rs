@@ -1,8 +1,5 @@
 //! Helpers for tests that speak `apache.rocketmq.v2` with the generated
 //! client to real broker processes.
-
-use std::time::{Duration, Instant};
-
 use raftmq::proto::rocketmq::v2;
 use raftmq::proto::rocketmq::v2::Code;
 use raftmq::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
@@ -11,15 +8,7 @@ use tonic::transport::Channel;
 use super::Cluster;
 
 pub async fn client(c: &Cluster, id: u64) -> MessagingServiceClient<Channel> {
-    let addr = format!("http://{}", c.node(id).client_addr);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match MessagingServiceClient::connect(addr.clone()).await {
-            Ok(c) => return c,
-            Err(e) if Instant::now() > deadline => panic!("node {id}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    MessagingServiceClient::new(c.channel(id).await)
 }
 
 pub fn resource(name: &str) -> Option<v2::Resource> {

@@ -56,45 +56,28 @@ const SEAL_DOMAIN: &str = "recall";
 const MAX_HANDLE_LEN: usize = 512;
 
 /// The handle a producer recalls timed message `message_id` of `topic`
-/// with: `t2.<due ms>.<log index>.<ordinal>.<tag>.<message id>`, the tag the
-/// group's seal over topic, message id and the numbers, so a handle cannot
-/// be made from a message id alone.
+/// with: `t2.<due ms>.<log index>.<ordinal>.<message id>.<tag>`, the tag
+/// the group's seal over the topic and the text before it, so a handle
+/// cannot be made from a message id alone. (Message ids may hold dots; the
+/// tag never does.)
 pub fn recall_handle(seal: &Seal, topic: &str, k: &TimerKey, message_id: &str) -> String {
-    let numbers = format!("t2.{}.{}.{}", k.due_ms, k.id.index, k.id.ordinal);
-    let tag = seal.tag(
-        SEAL_DOMAIN,
-        &[topic.as_bytes(), message_id.as_bytes(), numbers.as_bytes()],
-    );
-    format!("{numbers}.{tag}.{message_id}")
+    let body = format!("t2.{}.{}.{}.{message_id}", k.due_ms, k.id.index, k.id.ordinal);
+    seal.seal(SEAL_DOMAIN, &[topic.as_bytes()], body)
 }
 
 /// The timer and message id a recall handle names, if the handle is one
 /// this group gave for `topic`.
 pub fn parse_recall_handle<'a>(seal: &Seal, topic: &str, s: &'a str) -> Option<(TimerKey, &'a str)> {
-    if s.len() > MAX_HANDLE_LEN {
-        return None;
-    }
-    let mut parts = s.strip_prefix("t2.")?.splitn(5, '.');
-    let due = parts.next()?;
-    let index = parts.next()?;
-    let ordinal = parts.next()?;
-    let tag = parts.next()?;
+    let body = seal.open(SEAL_DOMAIN, &[topic.as_bytes()], s, MAX_HANDLE_LEN)?;
+    let mut parts = body.strip_prefix("t2.")?.splitn(4, '.');
+    let due_ms = parts.next()?.parse().ok()?;
+    let index = parts.next()?.parse().ok()?;
+    let ordinal = parts.next()?.parse().ok()?;
     let message_id = parts.next().filter(|m| !m.is_empty())?;
-    let numbers = format!("t2.{due}.{index}.{ordinal}");
-    if !seal.verify(
-        SEAL_DOMAIN,
-        &[topic.as_bytes(), message_id.as_bytes(), numbers.as_bytes()],
-        tag,
-    ) {
-        return None;
-    }
     Some((
         TimerKey {
-            due_ms: due.parse().ok()?,
-            id: HeldId {
-                index: index.parse().ok()?,
-                ordinal: ordinal.parse().ok()?,
-            },
+            due_ms,
+            id: HeldId { index, ordinal },
         },
         message_id,
     ))

@@ -55,24 +55,13 @@ const MAX_ID_LEN: usize = 128;
 /// message.
 pub fn transaction_id(seal: &Seal, topic: &str, message_id: &str, id: HeldId) -> String {
     let body = format!("x2.{}.{}", id.index, id.ordinal);
-    let tag = seal.tag(SEAL_DOMAIN, &[topic.as_bytes(), message_id.as_bytes(), body.as_bytes()]);
-    format!("{body}.{tag}")
+    seal.seal(SEAL_DOMAIN, &[topic.as_bytes(), message_id.as_bytes()], body)
 }
 
 /// The half message a transaction id names, if the id is one this group
 /// gave for `message_id` of `topic`.
 pub fn parse_transaction_id(seal: &Seal, topic: &str, message_id: &str, s: &str) -> Option<HeldId> {
-    if s.len() > MAX_ID_LEN {
-        return None;
-    }
-    let (body, tag) = s.rsplit_once('.')?;
-    if !seal.verify(
-        SEAL_DOMAIN,
-        &[topic.as_bytes(), message_id.as_bytes(), body.as_bytes()],
-        tag,
-    ) {
-        return None;
-    }
+    let body = seal.open(SEAL_DOMAIN, &[topic.as_bytes(), message_id.as_bytes()], s, MAX_ID_LEN)?;
     let mut parts = body.strip_prefix("x2.")?.split('.');
     let index = parts.next()?.parse().ok()?;
     let ordinal = parts.next()?.parse().ok()?;
@@ -164,13 +153,13 @@ pub async fn end(
 /// this node. False if none is.
 pub fn check_locally(broker: &Broker, topic: &str, id: HeldId, view: &MessageView<'_>) -> bool {
     let producers = broker.clients.producers_of(topic);
+    if producers.is_empty() {
+        return false;
+    }
     // Made with the first half message's transaction id, so present.
     let Some(seal) = seal::current(&broker.node) else {
         return false;
     };
-    if producers.is_empty() {
-        return false;
-    }
     let transaction_id = transaction_id(&seal, topic, view.message_id, id);
     let addr = broker.client_addr();
     let message = v2_message::outgoing(
