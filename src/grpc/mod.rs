@@ -20,16 +20,23 @@ use crate::broker::{Broker, FORWARD_WAIT};
 use crate::client::channel::not_delivered;
 use crate::error::BrokerError;
 
-/// Marks a request a follower forwarded to the leader.
+/// Marks a request a follower forwarded to the leader; the value counts
+/// the hops so far ("1", "2").
 pub const FORWARDED: &str = "x-raftmq-forwarded";
+
+/// How many times a request may be forwarded. Two hops reach any node of a
+/// group from any other even when the first node's view of the leader is
+/// one election behind (A thinks B leads, B knows C does); a third would
+/// only let stale views bounce it around.
+const MAX_HOPS: u8 = 2;
 
 /// Runs `local` when this node leads, or forwards the request to the leader
 /// with `forward` (given a channel to the leader's client port).
 /// When the known leader cannot be reached (it died and the group has not
 /// noticed yet), waits for the next one and forwards there, within
-/// [`FORWARD_WAIT`]: the client never has to retry elsewhere. A request that
-/// was already forwarded once is not forwarded again: two nodes with stale
-/// views of the leader must not bounce it. The forwarded copy keeps the
+/// [`FORWARD_WAIT`]: the client never has to retry elsewhere. A request is
+/// forwarded at most [`MAX_HOPS`] times, so two nodes with stale views of
+/// the leader cannot bounce it for ever. The forwarded copy keeps the
 /// client's metadata and what is left of its deadline.
 pub async fn on_leader<Req, Resp, L, LF, F, FF>(
     broker: &Broker,
@@ -44,7 +51,7 @@ where
     F: Fn(Channel, Request<Req>) -> FF,
     FF: Future<Output = Result<Resp, Status>>,
 {
-    let forwarded = request.metadata().contains_key(FORWARDED);
+    let hops = forward_hops(request.metadata());
     let timeout = grpc_timeout(request.metadata());
     let started = Instant::now();
     let (meta, _, req) = request.into_parts();
@@ -53,13 +60,14 @@ where
         let Some(channel) = broker.leader_channel().await? else {
             return local(req).await;
         };
-        if forwarded {
+        if hops >= MAX_HOPS {
             return Err(BrokerError::Unavailable(
                 "this node is not the leader either; retry".into(),
             ));
         }
         let mut fwd = Request::from_parts(meta.clone(), Default::default(), req.clone());
-        fwd.metadata_mut().insert(FORWARDED, MetadataValue::from_static("1"));
+        fwd.metadata_mut()
+            .insert(FORWARDED, MetadataValue::from(u32::from(hops + 1)));
         // What is left of the client's time, not all of it.
         if let Some(t) = timeout {
             fwd.set_timeout(t.saturating_sub(started.elapsed()).max(Duration::from_millis(1)));
@@ -72,6 +80,19 @@ where
             // A forwarded call's own errors come back as they were.
             Err(s) => return Err(BrokerError::from(s)),
         }
+    }
+}
+
+/// How often a request has been forwarded already. A value that is not a
+/// small count (anyone can send the header) counts as the limit: such a
+/// request is served here or refused, never forwarded.
+fn forward_hops(m: &MetadataMap) -> u8 {
+    match m.get(FORWARDED) {
+        None => 0,
+        Some(v) => match v.to_str().ok().and_then(|v| v.parse::<u8>().ok()) {
+            Some(n) if n < MAX_HOPS => n,
+            _ => MAX_HOPS,
+        },
     }
 }
 
@@ -103,6 +124,18 @@ pub fn grpc_timeout(m: &MetadataMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forward_hops_are_counted_and_bounded() {
+        let mut m = MetadataMap::new();
+        assert_eq!(forward_hops(&m), 0);
+        m.insert(FORWARDED, MetadataValue::from_static("1"));
+        assert_eq!(forward_hops(&m), 1);
+        for v in ["2", "200", "x", "-1", ""] {
+            m.insert(FORWARDED, v.parse().unwrap());
+            assert_eq!(forward_hops(&m), MAX_HOPS, "{v:?}");
+        }
+    }
 
     #[test]
     fn grpc_timeouts() {
