@@ -9,10 +9,11 @@
 //! the problem.
 //!
 //! [`LenientAuthority`] sits between the socket and h2 on the client port
-//! and rewrites the request headers the client sends. It keeps the first
+//! and fixes the request headers the client sends. It keeps the first
 //! address of a comma-separated `:authority`, and drops an authority that
-//! is still invalid (HTTP/2 makes it optional). Everything else passes
-//! through byte for byte.
+//! is still invalid (HTTP/2 makes it optional; one the client adds to its
+//! HPACK table becomes a placeholder instead, see [`super::hpack`]).
+//! Everything else passes through byte for byte.
 //!
 //! # What is parsed (RFC 9113 §4.1, §6.2, §6.10)
 //!
@@ -26,11 +27,11 @@
 //! |    1 | flags (0x1 END_STREAM, 0x4 END_HEADERS, 0x8 PADDED, 0x20 PRIORITY) |
 //! |    4 | stream id (high bit reserved)           |
 //!
-//! Only HEADERS and CONTINUATION frames are rewritten. Their header block is
-//! decoded with the client's HPACK context and encoded again with a context
-//! of our own, which h2's decoder follows. That is why every header block
-//! is re-encoded, not only the ones whose authority changes. Frames of other
-//! types stream through without being buffered.
+//! Only HEADERS and CONTINUATION frames are collected: their header block
+//! goes through [`AuthorityFix`], which leaves the client's encoding as it
+//! is and changes only a bad `:authority` field, and is framed again
+//! (without padding). Frames of other types stream through without being
+//! buffered.
 
 use std::io;
 use std::pin::Pin;
@@ -38,6 +39,8 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::hpack::AuthorityFix;
 
 /// The client connection preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -53,20 +56,15 @@ const FLAG_PRIORITY: u8 = 0x20;
 /// or CONTINUATION frame claiming more is refused before its payload is
 /// buffered, and re-encoded blocks are cut to fit.
 const MAX_FRAME: usize = 16_384;
-/// Largest header block accepted, encoded or decoded: h2's own limit on
-/// our servers ([`raftmq_raft::serve::MAX_HEADER_LIST_SIZE`]), so nothing
-/// h2 would refuse is buffered here first.
+/// Largest header block accepted: h2's own limit on the decoded list on
+/// our servers ([`raftmq_raft::serve::MAX_HEADER_LIST_SIZE`]), which no
+/// encoded block it accepts exceeds, so nothing h2 would refuse is
+/// buffered here first. (h2 checks the decoded size itself.)
 const MAX_BLOCK: usize = raftmq_raft::serve::MAX_HEADER_LIST_SIZE as usize;
 /// Most CONTINUATION frames one header block may have. A full-size block
 /// needs `MAX_BLOCK / MAX_FRAME` (4); more means empty or tiny frames sent
 /// to keep the connection busy (the "CONTINUATION flood").
 const MAX_CONTINUATIONS: usize = 2 * MAX_BLOCK / MAX_FRAME;
-/// What HPACK counts for each decoded header beyond its name and value
-/// (RFC 7541 §4.1), as h2 does against its header-list limit.
-const ENTRY_OVERHEAD: usize = 32;
-/// Dynamic table size of both HPACK contexts: the protocol default, which
-/// h2 uses unless told otherwise.
-const TABLE_SIZE: usize = 4096;
 
 /// A stream whose incoming HTTP/2 request headers get a valid `:authority`.
 pub struct LenientAuthority<S> {
@@ -97,8 +95,7 @@ struct Fixer {
     passing: usize,
     /// A header block waiting for its CONTINUATION frames.
     pending: Option<PendingBlock>,
-    decoder: loona_hpack::Decoder<'static>,
-    encoder: loona_hpack::Encoder<'static>,
+    hpack: AuthorityFix,
 }
 
 struct PendingBlock {
@@ -118,16 +115,13 @@ fn invalid(m: impl Into<String>) -> io::Error {
 
 impl Fixer {
     fn new() -> Fixer {
-        let mut decoder = loona_hpack::Decoder::new();
-        decoder.set_max_allowed_table_size(TABLE_SIZE);
         Fixer {
             input: BytesMut::with_capacity(8 * 1024),
             output: BytesMut::with_capacity(8 * 1024),
             preface_seen: false,
             passing: 0,
             pending: None,
-            decoder,
-            encoder: loona_hpack::Encoder::new(),
+            hpack: AuthorityFix::default(),
         }
     }
 
@@ -251,26 +245,14 @@ impl Fixer {
         Ok(())
     }
 
-    /// Decodes a complete header block, fixes its authority, and writes it
-    /// out re-encoded as HEADERS (and CONTINUATION) frames.
+    /// Fixes the authority of a complete header block and writes it out as
+    /// HEADERS (and CONTINUATION) frames.
     fn rewrite(&mut self, p: PendingBlock) -> io::Result<()> {
-        let mut headers: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut size = 0usize;
-        self.decoder
-            .decode_with_cb(&p.block, |name, value| {
-                size += name.len() + value.len() + ENTRY_OVERHEAD;
-                if size <= MAX_BLOCK {
-                    headers.push((name.into_owned(), value.into_owned()));
-                }
-            })
-            .map_err(|e| invalid(format!("HTTP/2: undecodable header block: {e:?}")))?;
-        if size > MAX_BLOCK {
-            return Err(invalid("HTTP/2: decoded headers too large"));
-        }
-        headers.retain_mut(|(name, value)| name.as_slice() != b":authority" || fix_authority(value));
-        let block = self
-            .encoder
-            .encode(headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())));
+        let block = match self.hpack.fix(&p.block) {
+            Ok(None) => p.block,
+            Ok(Some(fixed)) => fixed,
+            Err(e) => return Err(invalid(format!("HTTP/2: undecodable header block: {}", e.0))),
+        };
         let first_room = MAX_FRAME - if p.priority.is_some() { 5 } else { 0 };
         let first_len = block.len().min(first_room);
         let mut flags = if p.end_stream { FLAG_END_STREAM } else { 0 };
@@ -304,20 +286,6 @@ impl Fixer {
         self.output.put_u8(flags);
         self.output.put_u32(stream_id);
     }
-}
-
-/// Makes `value` a valid authority if it can be; false: drop the header.
-fn fix_authority(value: &mut Vec<u8>) -> bool {
-    let valid = |v: &[u8]| tonic::codegen::http::uri::Authority::try_from(v).is_ok();
-    if valid(value) {
-        return true;
-    }
-    let first = value.split(|b| *b == b',').next().unwrap_or_default().to_vec();
-    if !first.is_empty() && valid(&first) {
-        *value = first;
-        return true;
-    }
-    false
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for LenientAuthority<S> {
@@ -517,23 +485,6 @@ mod tests {
         }
         let err = run(&input, 4096).unwrap_err();
         assert!(err.to_string().contains("CONTINUATION"), "{err}");
-        // Many small headers: the 32-byte entry overhead counts.
-        let mut enc = loona_hpack::Encoder::new();
-        let names: Vec<Vec<u8>> = (0..(MAX_BLOCK / ENTRY_OVERHEAD))
-            .map(|i| format!("h{i}").into_bytes())
-            .collect();
-        let block = enc.encode(names.iter().map(|n| (n.as_slice(), &b""[..])));
-        let mut input = PREFACE.to_vec();
-        let mut chunks = block.chunks(MAX_FRAME).peekable();
-        let mut first = true;
-        while let Some(c) = chunks.next() {
-            let end = if chunks.peek().is_none() { FLAG_END_HEADERS } else { 0 };
-            let kind = if first { TYPE_HEADERS } else { TYPE_CONTINUATION };
-            input.extend(frame(kind, end, 1, c));
-            first = false;
-        }
-        let err = run(&input, 4096).unwrap_err();
-        assert!(err.to_string().contains("too large"), "{err}");
     }
 
     mod fuzz {
