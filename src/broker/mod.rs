@@ -210,19 +210,38 @@ impl Broker {
         self.cfg.client_addr()
     }
 
-    /// The client addresses of every member of the group, this node's first.
+    /// The client addresses of every member of the group, the leader's
+    /// first, then this node's. The official clients connect to the first
+    /// address of a route that answers, so their writes reach the leader
+    /// without being forwarded; the rest are where the channel moves when
+    /// that node dies.
     pub fn group_client_addrs(&self) -> Vec<String> {
         let m = self.node.raft.metrics().borrow_watched().clone();
-        let mut addrs: Vec<String> = m
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(_, n)| n.client_addr.clone())
-            .collect();
+        let nodes = m.membership_config.membership().nodes();
+        let mut addrs: Vec<String> = Vec::new();
+        let leader = m.current_leader.and_then(|l| {
+            m.membership_config
+                .membership()
+                .get_node(&l)
+                .map(|n| n.client_addr.clone())
+        });
+        addrs.extend(leader);
         let me = self.client_addr();
-        addrs.retain(|a| *a != me);
-        addrs.insert(0, me);
+        if !addrs.contains(&me) {
+            addrs.push(me);
+        }
+        for (_, n) in nodes {
+            if !addrs.contains(&n.client_addr) {
+                addrs.push(n.client_addr.clone());
+            }
+        }
         addrs
+    }
+
+    /// The client addresses of the group's other members, the leader's first.
+    pub fn peer_client_addrs(&self) -> Vec<String> {
+        let me = self.client_addr();
+        self.group_client_addrs().into_iter().filter(|a| *a != me).collect()
     }
 
     /// Commits a consumer group's offset in a queue (offset-based consumers).

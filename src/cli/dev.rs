@@ -33,6 +33,10 @@ pub struct DevArgs {
     /// Added to every port (NameServer 9876, clients 8081.., Raft 9091.., metrics 9101..).
     #[arg(long, default_value_t = 0)]
     pub base_port: u16,
+    /// When a write is acknowledged: `async` (on a quorum's page cache,
+    /// flushed in the background) or `sync` (after msync on each node).
+    #[arg(long, default_value = "async", value_parser = ["async", "sync"])]
+    pub flush: String,
 }
 
 /// `DIR/dev.json`: where everything is, for scripts.
@@ -84,7 +88,7 @@ fn layout(a: &DevArgs) -> anyhow::Result<Layout> {
     })
 }
 
-fn write_configs(dir: &Path, l: &Layout) -> anyhow::Result<()> {
+fn write_configs(dir: &Path, l: &Layout, flush: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let dir = dir.canonicalize()?;
     std::fs::write(
@@ -105,7 +109,7 @@ fn write_configs(dir: &Path, l: &Layout) -> anyhow::Result<()> {
             format!(
                 "# Written by `raftmq dev` (rewritten on every start).\nbroker = \"dev\"\nnode_id = {id}\n\
                  data_dir = \"{}\"\nclient_listen = \"{c}\"\nraft_listen = \"{r}\"\nbootstrap = {}\n\
-                 namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{m}\"\n\n{peers}[store]\nsegment_size = 67108864\n",
+                 namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{m}\"\n\n{peers}[store]\nsegment_size = 67108864\nflush_mode = \"{flush}\"\n",
                 dir.join(format!("node{id}")).display(),
                 *id == 1,
                 l.namesrv
@@ -285,7 +289,7 @@ async fn leader_of(l: &Layout) -> Option<String> {
 pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     let l = layout(&a)?;
     let _lock = lock_dir(&a.dir)?;
-    write_configs(&a.dir, &l)?;
+    write_configs(&a.dir, &l, &a.flush)?;
     let dir = a.dir.canonicalize()?;
     let info_path = dir.join("dev.json");
     let _ = std::fs::remove_file(&info_path);

@@ -324,7 +324,23 @@ impl Client {
             })
             .await?;
         ClientError::from_status(r.status)?;
+        self.prefer_first_of(&r.message_queues);
         Ok(r.message_queues)
+    }
+
+    /// Routes list a group's leader first: when this client knows that
+    /// node, it talks to it from now on, so its writes are not forwarded.
+    fn prefer_first_of(&self, queues: &[v2::MessageQueue]) {
+        let first = queues
+            .iter()
+            .filter_map(|q| q.broker.as_ref()?.endpoints.as_ref()?.addresses.first())
+            .next();
+        if let Some(a) = first {
+            let addr = format!("{}:{}", a.host, a.port);
+            if let Some(i) = self.nodes.iter().position(|(n, _)| *n == addr) {
+                self.current.store(i, Ordering::Relaxed);
+            }
+        }
     }
 
     pub async fn send(&self, m: Outgoing) -> Result<SendReceipt, ClientError> {

@@ -145,7 +145,7 @@ impl EntryCache {
 }
 
 async fn read_from_peers(broker: &Broker, id: HeldId) -> Option<(Message, u64)> {
-    for addr in broker.group_client_addrs().into_iter().skip(1) {
+    for addr in broker.peer_client_addrs() {
         let Ok(mut client) = broker.peer_client(&addr) else {
             continue;
         };

