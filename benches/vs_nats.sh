@@ -11,6 +11,8 @@
 #   c=1 async    one sender: latency
 #   c=64 sync    raftmq `--flush sync`, NATS `sync_interval: always`
 #   c=16 batch   raftmq alone: 100 messages per SendMessage, 16 senders
+#   c=64 no-op   the ceiling: `raftmq bench ping` (a no-op call with a
+#                1 KiB body on the same port), and c=64 sends' share of it
 # raftmq is driven through the endpoint list of all three nodes, as the
 # official clients use it. The ratio line is raftmq / NATS for msgs/s and
 # NATS / raftmq for p50 and p99, so above 1 is better either way. In the
@@ -136,6 +138,10 @@ for flush in async sync; do
     run_raftmq "c=64-async" 64
     run_raftmq "c=1-async" 1
     run_raftmq "c=16-batch100" 16 --batch 100
+    for _ in $(seq 1 "$runs"); do
+      r=$("$bin" bench ping --endpoint "$endpoints" --concurrency 64 --duration "${duration}s" --size 1024 --json)
+      echo "no-op c=64-no-op $r" >>"$results"
+    done
   else
     run_raftmq "c=64-sync" 64
   fi
@@ -160,8 +166,8 @@ def cell(xs, fmt):
     return f"{fmt.format(med)} ({fmt.format(lo)}-{fmt.format(hi)})"
 
 print(f"{'row':<11} {'system':<7} {'msgs/s median (min-max)':<28} {'p50 ms':<22} {'p99 ms':<22} errors")
-for row in ["c=64-async", "c=1-async", "c=64-sync", "c=16-batch100"]:
-    for system in ["nats", "raftmq"]:
+for row in ["c=64-async", "c=1-async", "c=64-sync", "c=16-batch100", "c=64-no-op"]:
+    for system in ["nats", "raftmq", "no-op"]:
         rs = rows.get(row, {}).get(system, [])
         if not rs:
             continue
@@ -174,4 +180,8 @@ for row in ["c=64-async", "c=1-async", "c=64-sync", "c=16-batch100"]:
         print(f"{'':<11} {'ratio':<7} msgs/s x{med(m, 'msgs_per_s') / med(n, 'msgs_per_s'):.2f}   "
               f"p50 x{med(n, 'p50_ms') / max(med(m, 'p50_ms'), 1e-9):.2f}   "
               f"p99 x{med(n, 'p99_ms') / max(med(m, 'p99_ms'), 1e-9):.2f}  (raftmq vs NATS; above 1: raftmq better)")
+sends, noop = rows.get("c=64-async", {}).get("raftmq"), rows.get("c=64-no-op", {}).get("no-op")
+if sends and noop:
+    med = lambda rs: mmm([r["msgs_per_s"] for r in rs])[1]
+    print(f"raftmq c=64 sends / no-op calls at c=64: {med(sends) / med(noop):.2f}")
 PY

@@ -311,6 +311,20 @@ impl Client {
         )))
     }
 
+    /// A no-op round trip to the current node (`raftmq.v1.Broker/Ping`,
+    /// which echoes `payload`): what a call costs with nothing behind it.
+    pub async fn ping(&self, payload: Bytes) -> Result<(), ClientError> {
+        let i = self.current.load(Ordering::Relaxed) % self.nodes.len();
+        let (addr, channel) = &self.nodes[i];
+        let mut stub = crate::proto::pb::broker_client::BrokerClient::new(channel.clone())
+            .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(crate::MAX_MESSAGE_SIZE);
+        stub.ping(self.request(crate::proto::pb::PingRequest { payload }, self.timeout))
+            .await
+            .map(|_| ())
+            .map_err(|s| ClientError::Transport(channel::explain(addr, &s, BROKER)))
+    }
+
     /// The topic's queues.
     pub async fn route(&self, topic: &str) -> Result<Vec<v2::MessageQueue>, ClientError> {
         let req = v2::QueryRouteRequest {

@@ -39,6 +39,19 @@ pub enum BenchCommand {
     Consume(ConsumeBench),
     /// Send and receive at once; latency is send to receive.
     E2e(E2eBench),
+    /// The transport's ceiling: a no-op call (`raftmq.v1.Broker/Ping`
+    /// with a body of --size bytes, echoed back) on the same port and
+    /// connections as sends, stored nowhere.
+    Ping(PingBench),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct PingBench {
+    #[command(flatten)]
+    pub common: Common,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
 }
 
 /// The flags every bench takes.
@@ -127,6 +140,8 @@ struct BenchArgs {
     rate: Option<u64>,
     /// Messages per send request.
     batch: u64,
+    /// `bench ping`: the no-op call instead of a send.
+    ping: bool,
 }
 
 impl BenchArgs {
@@ -144,6 +159,7 @@ impl BenchArgs {
             delay,
             rate,
             batch: 1,
+            ping: false,
         }
     }
 }
@@ -283,6 +299,9 @@ impl Run {
     }
 
     async fn send_one(&self, i: u64, e2e: bool) -> Sent {
+        if self.args.ping {
+            return self.ping_one(i).await;
+        }
         let batch: Vec<Outgoing> = (0..self.args.batch)
             .map(|k| {
                 let body = pattern_body(i.wrapping_mul(self.args.batch).wrapping_add(k), self.args.size);
@@ -310,6 +329,22 @@ impl Run {
             }) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 Sent::Refused
+            }
+            Err(_) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Sent::Failed
+            }
+        }
+    }
+
+    async fn ping_one(&self, i: u64) -> Sent {
+        let payload = pattern_body(i, self.args.size);
+        let t = Instant::now();
+        match self.client.ping(payload.into()).await {
+            Ok(()) => {
+                self.messages_ok.fetch_add(1, Ordering::Relaxed);
+                self.record(t.elapsed().as_micros() as u64).await;
+                Sent::Ok
             }
             Err(_) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
@@ -392,6 +427,13 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         ),
         BenchCommand::Consume(b) => ("consume", BenchArgs::new(b.common, Some(b.group), 0, None, None)),
         BenchCommand::E2e(b) => ("e2e", BenchArgs::new(b.common, Some(b.group), b.size, None, None)),
+        BenchCommand::Ping(b) => (
+            "ping",
+            BenchArgs {
+                ping: true,
+                ..BenchArgs::new(b.common, None, b.size, None, None)
+            },
+        ),
     };
     if a.concurrency == 0 || a.concurrency > 4096 {
         anyhow::bail!("--concurrency must be between 1 and 4096");
@@ -431,12 +473,12 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         if mode != "consume" && a.rate.is_none() {
             tasks.push(tokio::spawn(run.clone().send_loop(mode == "e2e")));
         }
-        if mode != "produce" {
+        if mode == "consume" || mode == "e2e" {
             tasks.push(tokio::spawn(run.clone().receive_loop()));
         }
     }
     let counter = |r: &Run| {
-        if mode == "produce" {
+        if mode == "produce" || mode == "ping" {
             r.messages_ok.load(Ordering::Relaxed)
         } else {
             r.received.load(Ordering::Relaxed)
@@ -465,7 +507,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let samples = std::mem::take(&mut *run.samples.lock().await);
     let mut lat: Vec<u64> = samples.iter().map(|(_, l)| *l).collect();
     lat.sort_unstable();
-    let ok = if mode == "produce" {
+    let ok = if mode == "produce" || mode == "ping" {
         run.messages_ok.load(Ordering::Relaxed)
     } else {
         run.received.load(Ordering::Relaxed)
