@@ -15,7 +15,7 @@
 //! | [`proto`]        | generated protobuf code and its conversions                        |
 //! | [`client`]       | a small Rust client of the RocketMQ 5 protocol, channels, routes    |
 //! | [`namesrv`]      | the NameServer: registry, routes, expiry                           |
-//! | [`metrics_http`] | the `/metrics` HTTP endpoint (brokers and NameServers)             |
+//! | [`metrics_http`] | the HTTP port: `/metrics`, `/healthz`, `/readyz` (brokers, NameServers) |
 //! | [`config`], [`error`], [`clock`] | TOML loading, [`error::BrokerError`] and its status codes, the wall clock |
 //!
 //! Dependencies run one way: `cli -> server -> grpc -> broker -> (proto,

@@ -1,6 +1,16 @@
-//! The HTTP endpoint Prometheus scrapes: `GET /metrics` on a bound
-//! listener, answering with whatever `render` returns (text format 0.0.4).
-//! Anything else is a 404. HTTP/1.1 only; one small response per request.
+//! The HTTP port of brokers and NameServers, for Prometheus and for
+//! orchestrators (HTTP/1.1 only; one small response per request):
+//!
+//! | request        | answer                                                     |
+//! |----------------|------------------------------------------------------------|
+//! | `GET /metrics` | 200, the metrics text (Prometheus text format 0.0.4)        |
+//! | `GET /healthz` | 200 `ok`: the process answers (a liveness probe)            |
+//! | `GET /readyz`  | 200 and why when ready to take traffic, 503 and why not     |
+//! | anything else  | 404                                                        |
+//!
+//! What "ready" means is the caller's [`Probes::ready`]: for a broker,
+//! [`crate::broker::health::readiness`]; a NameServer is ready once it
+//! serves.
 //!
 //! Bounded like every port: at most [`MAX_CONNECTIONS`] connections at once
 //! (more wait to be accepted), a request's headers must arrive within
@@ -26,9 +36,19 @@ const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100
 
 /// Produces the metrics text at each scrape.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
+/// Says whether the process is ready for traffic: `Ok(detail)` or
+/// `Err(reason)`.
+pub type Ready = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
 
-/// Serves `/metrics` on `listener` until `stop` turns true.
-pub fn spawn(listener: TcpListener, render: Render, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+/// What the port answers with.
+#[derive(Clone)]
+pub struct Probes {
+    pub metrics: Render,
+    pub ready: Ready,
+}
+
+/// Serves the port on `listener` until `stop` turns true.
+pub fn spawn(listener: TcpListener, probes: Probes, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
@@ -51,12 +71,12 @@ pub fn spawn(listener: TcpListener, render: Render, mut stop: watch::Receiver<bo
                     continue;
                 }
             };
-            let render = render.clone();
+            let probes = probes.clone();
             tokio::spawn(async move {
                 let _slot = slot;
                 let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let render = render.clone();
-                    async move { Ok::<_, Infallible>(answer(&req, &render)) }
+                    let probes = probes.clone();
+                    async move { Ok::<_, Infallible>(answer(req.method(), req.uri().path(), &probes)) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
@@ -68,19 +88,74 @@ pub fn spawn(listener: TcpListener, render: Render, mut stop: watch::Receiver<bo
     })
 }
 
-fn answer(req: &Request<hyper::body::Incoming>, render: &Render) -> Response<Full<Bytes>> {
-    let mut resp = if req.uri().path() == "/metrics" && req.method() == hyper::Method::GET {
-        let mut r = Response::new(Full::new(Bytes::from(render())));
+fn answer(method: &hyper::Method, path: &str, probes: &Probes) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
         r.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         r
-    } else {
-        Response::new(Full::new(Bytes::from_static(b"not found: try GET /metrics\n")))
     };
-    if req.uri().path() != "/metrics" || req.method() != hyper::Method::GET {
-        *resp.status_mut() = StatusCode::NOT_FOUND;
+    if method != hyper::Method::GET {
+        return text(
+            StatusCode::NOT_FOUND,
+            "not found: try GET /metrics, /healthz or /readyz\n".into(),
+        );
     }
-    resp
+    match path {
+        "/metrics" => {
+            let mut r = text(StatusCode::OK, (probes.metrics)());
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            r
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/readyz" => match (probes.ready)() {
+            Ok(why) => text(StatusCode::OK, format!("ready: {why}\n")),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        },
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: try GET /metrics, /healthz or /readyz\n".into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probes(ready: bool) -> Probes {
+        Probes {
+            metrics: Arc::new(|| "m 1\n".to_string()),
+            ready: Arc::new(move || {
+                if ready {
+                    Ok("leader".into())
+                } else {
+                    Err("no known leader".into())
+                }
+            }),
+        }
+    }
+
+    #[test]
+    fn each_path_gets_its_answer() {
+        let get = hyper::Method::GET;
+        assert_eq!(answer(&get, "/metrics", &probes(true)).status(), StatusCode::OK);
+        assert_eq!(answer(&get, "/healthz", &probes(false)).status(), StatusCode::OK);
+        assert_eq!(answer(&get, "/readyz", &probes(true)).status(), StatusCode::OK);
+        assert_eq!(
+            answer(&get, "/readyz", &probes(false)).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(answer(&get, "/", &probes(true)).status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            answer(&hyper::Method::POST, "/metrics", &probes(true)).status(),
+            StatusCode::NOT_FOUND
+        );
+    }
 }

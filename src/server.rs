@@ -66,8 +66,12 @@ impl RunningBroker {
                     .await
                     .with_context(|| format!("cannot listen on metrics_listen {addr}"))?;
                 let local = l.local_addr()?;
-                let m = broker.metrics.clone();
-                crate::metrics_http::spawn(l, std::sync::Arc::new(move || m.encode()), stop.subscribe());
+                let (m, b) = (broker.metrics.clone(), broker.clone());
+                let probes = crate::metrics_http::Probes {
+                    metrics: Arc::new(move || m.encode()),
+                    ready: Arc::new(move || crate::broker::health::readiness(&b.node)),
+                };
+                crate::metrics_http::spawn(l, probes, stop.subscribe());
                 Some(local)
             }
             None => None,
@@ -88,6 +92,9 @@ impl RunningBroker {
     /// Unregisters from the NameServers, stops serving, then stops Raft and
     /// closes the store.
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        // A leader's planned stop: another node takes over first, while
+        // this one still serves (and forwards to it).
+        self.broker.node.hand_over(HAND_OVER_WAIT).await;
         let _ = self.stop.send(true);
         let _ = self.registration.await;
         let _ = self.server.await;
@@ -96,6 +103,9 @@ impl RunningBroker {
         Ok(())
     }
 }
+
+/// How long a stopping leader waits for another node to take over.
+pub const HAND_OVER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs a broker from its config file until a signal arrives.
 pub async fn run(config: &std::path::Path) -> anyhow::Result<()> {

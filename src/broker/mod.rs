@@ -14,6 +14,7 @@
 //! | [`internal_topic`] | topics the broker creates for itself (dead-letter, system)   |
 //! | [`read`]           | reads of applied state: a queue, by id, key or store time    |
 //! | [`status`]         | the node's own view of its group                             |
+//! | [`health`]         | whether the node is ready for traffic (`/readyz`)             |
 //! | [`clients`]        | the v2 clients a node knows (heartbeats, Telemetry streams)  |
 //! | [`flow_control`]   | per-client request rate (`TOO_MANY_REQUESTS`)                 |
 //! | [`long_polls`]     | receives waiting on a node, bounded per node and per client  |
@@ -26,6 +27,7 @@ pub mod batcher;
 pub mod clients;
 pub mod config;
 pub mod flow_control;
+pub mod health;
 pub mod held;
 pub mod internal_topic;
 pub mod limits;

@@ -111,7 +111,12 @@ impl RunningNamesrv {
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot listen on metrics_listen {m}: {e}"))?;
             let metrics = service.metrics.clone();
-            crate::metrics_http::spawn(l, Arc::new(move || metrics.encode()), stop.subscribe());
+            let probes = crate::metrics_http::Probes {
+                metrics: Arc::new(move || metrics.encode()),
+                // Its answers need nothing but its own table.
+                ready: Arc::new(|| Ok("serving".into())),
+            };
+            crate::metrics_http::spawn(l, probes, stop.subscribe());
         }
 
         // The expiry scan.
