@@ -6,8 +6,8 @@ use std::path::Path;
 use raftmq::broker::config::BrokerConfig;
 use raftmq::namesrv::NamesrvConfig;
 
-fn examples(prefix: &str) -> Vec<std::path::PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local");
+fn examples(dir: &str, prefix: &str) -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut out: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -35,12 +35,20 @@ fn keys(v: &serde_json::Value, out: &mut Vec<String>) {
 #[test]
 fn every_example_config_is_valid_and_every_key_documented() {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/CONFIG.md")).unwrap();
-    let brokers = examples("node");
-    let namesrvs = examples("namesrv");
+    let mut brokers = examples("deploy/local", "node");
+    let mut namesrvs = examples("deploy/local", "namesrv");
     assert_eq!(
         (brokers.len(), namesrvs.len()),
         (3, 2),
         "deploy/local has 3 nodes and 2 NameServers"
+    );
+    // The container deployment's (deploy/compose/compose.yaml mounts them).
+    brokers.extend(examples("deploy/compose", "node"));
+    namesrvs.extend(examples("deploy/compose", "namesrv"));
+    assert_eq!(
+        (brokers.len(), namesrvs.len()),
+        (6, 3),
+        "deploy/compose has 3 nodes and a NameServer"
     );
     let mut all = Vec::new();
     for p in &brokers {

@@ -271,6 +271,8 @@ impl BrokerConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
+        // NameServers may be DNS names (a Kubernetes Service, a compose
+        // service); listen addresses must be this host's IPs.
         if self.group.is_empty() {
             return bad("broker (the broker group's name) must not be empty".into());
         }
@@ -292,8 +294,8 @@ impl BrokerConfig {
             return bad(format!("the bootstrap node {} must be one of [peers]", self.node_id));
         }
         for a in &self.namesrv_addrs {
-            if a.parse::<std::net::SocketAddr>().is_err() {
-                return bad(format!("namesrv_addrs entry {a:?} is not an ip:port address"));
+            if !is_host_port(a) {
+                return bad(format!("namesrv_addrs entry {a:?} is not a host:port address"));
             }
         }
         if self.namesrv_heartbeat_interval_ms == 0 {
@@ -376,6 +378,19 @@ impl BrokerConfig {
     }
 }
 
+/// `host:port` with a port number and a host name or IP (`[v6]:port`).
+fn is_host_port(a: &str) -> bool {
+    match a.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty()
+                && port.parse::<u16>().is_ok()
+                && !a.contains("://")
+                && crate::client::channel::endpoint(a, std::time::Duration::from_secs(1)).is_ok()
+        }
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,5 +432,17 @@ mod tests {
         let mut cfg: BrokerConfig = toml::from_str(MINIMAL).unwrap();
         cfg.client_listen = "localhost".into();
         assert!(cfg.validate().unwrap_err().to_string().contains("client_listen"));
+        // NameServers by IP or by name; nothing else.
+        let mut cfg: BrokerConfig = toml::from_str(MINIMAL).unwrap();
+        cfg.namesrv_addrs = vec![
+            "10.0.0.1:9876".into(),
+            "namesrv.raftmq.svc:9876".into(),
+            "[::1]:9876".into(),
+        ];
+        cfg.validate().unwrap();
+        for bad in ["namesrv", "namesrv:port", ":9876", "http://namesrv:9876", "a b:9876"] {
+            cfg.namesrv_addrs = vec![bad.into()];
+            assert!(cfg.validate().is_err(), "{bad:?} accepted");
+        }
     }
 }
