@@ -92,9 +92,6 @@ impl RunningBroker {
     /// Unregisters from the NameServers, stops serving, then stops Raft and
     /// closes the store.
     pub async fn shutdown(self) -> anyhow::Result<()> {
-        // A leader's planned stop: another node takes over first, while
-        // this one still serves (and forwards to it).
-        self.broker.node.hand_over(HAND_OVER_WAIT).await;
         let _ = self.stop.send(true);
         let _ = self.registration.await;
         let _ = self.server.await;
@@ -103,9 +100,6 @@ impl RunningBroker {
         Ok(())
     }
 }
-
-/// How long a stopping leader waits for another node to take over.
-pub const HAND_OVER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs a broker from its config file until a signal arrives.
 pub async fn run(config: &std::path::Path) -> anyhow::Result<()> {

@@ -173,7 +173,18 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
         if let Some(s) = dev.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "raftmq dev did not stop on SIGINT");
+        if Instant::now() >= deadline {
+            let tail = |name: &str| {
+                let text = std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                format!("--- {name}:\n{}", lines[lines.len().saturating_sub(15)..].join("\n"))
+            };
+            let logs: Vec<String> = ["dev.stderr", "node1.log", "node2.log", "node3.log", "namesrv.log"]
+                .iter()
+                .map(|n| tail(n))
+                .collect();
+            panic!("raftmq dev did not stop on SIGINT\n{}", logs.join("\n"));
+        }
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(status.success(), "raftmq dev exited with {status}");

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Namesrv, scrape, sum_of};
+use common::{Cluster, Namesrv, http_get, scrape, sum_of};
 use raftmq::client::{Client, Outgoing};
 use raftmq::proto::pb;
 
@@ -106,23 +106,6 @@ async fn namesrv_metrics() {
     ns.kill();
 }
 
-/// One GET on the metrics port: the status code and the body.
-fn get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    let code = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status code");
-    (code, body.to_string())
-}
-
 /// `/healthz` and `/readyz` as an orchestrator probes them: every node of a
 /// working group is ready (the followers once they have applied what is
 /// committed); a node left alone loses its leader and says why it is not
@@ -132,16 +115,22 @@ async fn health_and_readiness_probes() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = format!("127.0.0.1:{}", common::free_port());
     let mut ns = Namesrv::start_with(dir.path(), "ns", 120_000, &format!("metrics_listen = \"{metrics}\"\n"));
-    assert_eq!(get(&metrics, "/readyz"), (200, "ready: serving\n".into()));
-    assert_eq!(get(&metrics, "/healthz").0, 200);
+    // The NameServer opens its HTTP port just after its gRPC port.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&metrics).is_err() {
+        assert!(Instant::now() < deadline, "the NameServer's HTTP port never opened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(http_get(&metrics, "/readyz"), (200, "ready: serving\n".into()));
+    assert_eq!(http_get(&metrics, "/healthz").0, 200);
     let mut cluster = Cluster::start(dir.path(), 3, "async");
     let leader = cluster.leader().await;
     let deadline = Instant::now() + Duration::from_secs(20);
     for id in 1..=3u64 {
         let addr = cluster.node(id).metrics_addr.clone();
-        assert_eq!(get(&addr, "/healthz"), (200, "ok\n".into()));
+        assert_eq!(http_get(&addr, "/healthz"), (200, "ok\n".into()));
         loop {
-            let (code, body) = get(&addr, "/readyz");
+            let (code, body) = http_get(&addr, "/readyz");
             if code == 200 {
                 let role = if id == leader {
                     "ready: leader"
@@ -155,7 +144,7 @@ async fn health_and_readiness_probes() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    assert_eq!(get(&cluster.node(leader).metrics_addr, "/nope").0, 404);
+    assert_eq!(http_get(&cluster.node(leader).metrics_addr, "/nope").0, 404);
     // Alone, the last node cannot keep or elect a leader.
     let last = (1..=3u64).find(|i| *i != leader).unwrap();
     for id in (1..=3u64).filter(|i| *i != last) {
@@ -164,7 +153,7 @@ async fn health_and_readiness_probes() {
     let addr = cluster.node(last).metrics_addr.clone();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (code, body) = get(&addr, "/readyz");
+        let (code, body) = http_get(&addr, "/readyz");
         if code == 503 {
             assert!(body.starts_with("not ready: no known leader"), "{body}");
             break;
@@ -172,7 +161,7 @@ async fn health_and_readiness_probes() {
         assert!(Instant::now() < deadline, "a node alone stayed ready: {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(get(&addr, "/healthz").0, 200, "not ready, but alive");
+    assert_eq!(http_get(&addr, "/healthz").0, 200, "not ready, but alive");
     ns.kill();
 }
 

@@ -341,14 +341,8 @@ pub fn raftmq_cli(args: &[&str]) -> (bool, String, String) {
 
 /// `GET /metrics` from `addr`; the samples as (name with labels, value).
 pub fn scrape(addr: &str) -> Vec<(String, f64)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (code, body) = http_get(addr, "/metrics");
+    assert_eq!(code, 200, "{body}");
     body.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
@@ -356,6 +350,24 @@ pub fn scrape(addr: &str) -> Vec<(String, f64)> {
             (name.to_string(), value.parse().unwrap_or(f64::NAN))
         })
         .collect()
+}
+
+/// One GET on an HTTP port (a node's metrics port): the status code and
+/// the body.
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_string())
 }
 
 /// Sum of the samples whose name starts with `metric` and whose labels
