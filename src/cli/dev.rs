@@ -294,7 +294,12 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     let info_path = dir.join("dev.json");
     let _ = std::fs::remove_file(&info_path);
     let mut children = Children(Vec::new());
+    // Made once, before the loops: a `ctrl_c()` made anew in each turn of a
+    // loop misses a SIGINT that arrives between two turns (tokio delivers a
+    // signal to the listeners that exist when it comes), and then nothing
+    // stops dev. A test once waited 30 s on that.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let namesrv_cfg = dir.join("namesrv.toml");
     children.spawn(
         "namesrv",
@@ -315,7 +320,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let leader = loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = interrupt.recv() => return Ok(()),
             _ = term.recv() => return Ok(()),
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
@@ -403,7 +408,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
 
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
             _ = term.recv() => break,
             _ = tokio::time::sleep(Duration::from_millis(500)) => {
                 children.reap();

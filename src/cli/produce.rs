@@ -210,6 +210,8 @@ pub async fn consume(a: ConsumeArgs) -> anyhow::Result<()> {
     let client = Client::connect(&a.endpoint)?;
     let deadline = Instant::now() + a.timeout;
     let mut got = 0u64;
+    // Made once: see `raftmq dev` (a `ctrl_c()` per turn can miss a SIGINT).
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         if a.count.is_some_and(|n| got >= n) {
             return Ok(());
@@ -226,7 +228,7 @@ pub async fn consume(a: ConsumeArgs) -> anyhow::Result<()> {
             r = with_retries(Duration::from_secs(10), || {
                 client.receive(&a.group, &a.topic, &a.filter, max, a.invisible, Duration::from_secs(5))
             }) => r?,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = interrupt.recv() => return Ok(()),
         };
         for m in &batch {
             println!("{}", show(m));

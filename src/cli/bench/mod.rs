@@ -486,6 +486,8 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     };
     let all = futures::future::join_all(tasks);
     tokio::pin!(all);
+    // Made once: see `raftmq dev` (a `ctrl_c()` per turn can miss a SIGINT).
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         tokio::select! {
             _ = &mut all => break,
@@ -499,7 +501,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 }
                 bar.set_message(format!("{done} msgs, {:.0} msgs/s, {} errors", done as f64 / secs, run.errors.load(Ordering::Relaxed)));
             }
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
         }
     }
     bar.finish_and_clear();
