@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Namesrv, http_get, scrape, sum_of};
+use common::{Cluster, Namesrv, http_get, scrape, sum_of, wait_listening};
 use raftmq::client::{Client, Outgoing};
 use raftmq::proto::pb;
 
@@ -115,12 +115,7 @@ async fn health_and_readiness_probes() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = format!("127.0.0.1:{}", common::free_port());
     let mut ns = Namesrv::start_with(dir.path(), "ns", 120_000, &format!("metrics_listen = \"{metrics}\"\n"));
-    // The NameServer opens its HTTP port just after its gRPC port.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&metrics).is_err() {
-        assert!(Instant::now() < deadline, "the NameServer's HTTP port never opened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(&metrics);
     assert_eq!(http_get(&metrics, "/readyz"), (200, "ready: serving\n".into()));
     assert_eq!(http_get(&metrics, "/healthz").0, 200);
     let mut cluster = Cluster::start(dir.path(), 3, "async");
@@ -174,12 +169,7 @@ fn idle_connections_do_not_lock_the_metrics_port() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = format!("127.0.0.1:{}", common::free_port());
     let mut ns = Namesrv::start_with(dir.path(), "ns", 120_000, &format!("metrics_listen = \"{metrics}\"\n"));
-    // Wait until it serves.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(&metrics).is_err() {
-        assert!(Instant::now() < deadline, "the metrics port never opened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(&metrics);
     // More idle connections than the port serves at once, half of them
     // with a request line and no end of headers (slow loris).
     let mut idle: Vec<std::net::TcpStream> = (0..raftmq::metrics_http::MAX_CONNECTIONS + 16)

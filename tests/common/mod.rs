@@ -352,6 +352,16 @@ pub fn scrape(addr: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// Waits (at most 20 s) until something listens on `addr`: a process's
+/// HTTP port opens just after its gRPC port, which is what start-up waits for.
+pub fn wait_listening(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// One GET on an HTTP port (a node's metrics port): the status code and
 /// the body.
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
