@@ -17,12 +17,13 @@ use raftmq_raft::{Message, NodeAddr, NodeConfig, RaftNode};
 use raftmq_store::StoreConfig;
 use tokio::net::{TcpListener, TcpStream};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A free port, held by the returned listener until it is dropped: the
+/// links bind port 0 too, and must not be handed a node's port meanwhile.
+fn free_port(held: &mut Vec<std::net::TcpListener>) -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    held.push(l);
+    port
 }
 
 /// A one-direction link (from one node to another) that can be cut.
@@ -93,13 +94,14 @@ fn send(i: u64) -> Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_leaders_uncommitted_tail_is_truncated_after_healing() {
     let dir = tempfile::tempdir().unwrap();
+    let mut held = Vec::new();
     let addrs: BTreeMap<u64, NodeAddr> = (1..=3)
         .map(|id| {
             (
                 id,
                 NodeAddr {
-                    raft_addr: format!("127.0.0.1:{}", free_port()),
-                    client_addr: format!("127.0.0.1:{}", free_port()),
+                    raft_addr: format!("127.0.0.1:{}", free_port(&mut held)),
+                    client_addr: format!("127.0.0.1:{}", free_port(&mut held)),
                 },
             )
         })
@@ -112,6 +114,8 @@ async fn an_isolated_leaders_uncommitted_tail_is_truncated_after_healing() {
             }
         }
     }
+    // The links are up: the nodes may have their ports now.
+    drop(held);
     let mut nodes = Vec::new();
     for (&id, addr) in &addrs {
         let mut cfg = NodeConfig::new("g", id, dir.path().join(format!("n{id}")), addr.clone());
