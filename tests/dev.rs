@@ -193,3 +193,123 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
     }
     assert!(!info_path.exists(), "dev.json is removed on stop");
 }
+
+/// `raftmq dev --groups 2`: two three-node groups, each node named with its
+/// group in `dev.json`, and `TestTopic` with 8 queues in each.
+#[tokio::test(flavor = "multi_thread")]
+async fn dev_with_two_groups_spreads_the_test_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    // Clear of the single-group test's ports (this one's reach 100 higher).
+    let base = 21_000 + (std::process::id() % 20_000) as u16;
+    let dev_err = dir.path().join("dev.stderr");
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
+        .args(["dev", "--groups", "2", "--dir"])
+        .arg(dir.path())
+        .args(["--base-port", &base.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&dev_err).unwrap())
+        .spawn()
+        .unwrap();
+    let info_path = dir.path().join("dev.json");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !info_path.exists() {
+        assert!(
+            dev.try_wait().unwrap().is_none(),
+            "raftmq dev exited early: {}",
+            std::fs::read_to_string(&dev_err).unwrap_or_default()
+        );
+        assert!(Instant::now() < deadline, "dev.json never appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&info_path).unwrap()).unwrap();
+    let nodes = info["nodes"].as_array().unwrap().clone();
+    let mut groups: Vec<(&str, u64)> = nodes
+        .iter()
+        .map(|n| (n["group"].as_str().unwrap(), n["node_id"].as_u64().unwrap()))
+        .collect();
+    groups.sort();
+    assert_eq!(
+        groups,
+        [
+            ("dev", 1),
+            ("dev", 2),
+            ("dev", 3),
+            ("dev-2", 1),
+            ("dev-2", 2),
+            ("dev-2", 3)
+        ]
+    );
+    // The second group's ports are the first's plus 100.
+    let client = |g: &str, id: u64| {
+        nodes.iter().find(|n| n["group"] == g && n["node_id"] == id).unwrap()["client_addr"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(client("dev", 1), format!("127.0.0.1:{}", base + 8081));
+    assert_eq!(client("dev-2", 1), format!("127.0.0.1:{}", base + 8181));
+
+    // The NameServer routes TestTopic to both groups (the brokers register
+    // their topics within a heartbeat interval).
+    let namesrv = info["namesrv_addr"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, out, _) = raftmq_cli(&[
+            "topic",
+            "route",
+            "--topic",
+            "TestTopic",
+            "--json",
+            "--namesrv",
+            &namesrv,
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let mut seen: Vec<(String, u64)> = v["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|g| {
+                (
+                    g["group"].as_str().unwrap_or("").to_string(),
+                    g["write_queues"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        seen.sort();
+        if ok && seen == [("dev".to_string(), 8), ("dev-2".to_string(), 8)] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "TestTopic's route never named both groups: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Each group takes writes.
+    for g in ["dev", "dev-2"] {
+        let (ok, out, err) = raftmq_cli(&[
+            "produce",
+            "--endpoint",
+            &client(g, 2),
+            "--topic",
+            "TestTopic",
+            "--count",
+            "2",
+        ]);
+        assert!(ok, "produce to {g}: {err}");
+        assert_eq!(out.lines().filter(|l| l.starts_with("sent ")).count(), 2, "{out}");
+    }
+
+    let pids: Vec<u32> = nodes.iter().map(|n| n["pid"].as_u64().unwrap() as u32).collect();
+    // SAFETY: a signal to the child we started.
+    unsafe { libc::kill(dev.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dev.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "raftmq dev did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for p in pids {
+        assert!(!alive(p), "process {p} is still running");
+    }
+}

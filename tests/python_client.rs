@@ -55,11 +55,19 @@ fn python() -> PathBuf {
 struct Env {
     dir: tempfile::TempDir,
     namesrv: Namesrv,
+    /// The broker group `test`, the one scenarios may ask to crash.
     cluster: Cluster,
+    /// Further groups (`test-2`..), each its own three processes.
+    others: Vec<Cluster>,
 }
 
 impl Env {
     async fn start() -> Env {
+        Env::start_groups(1).await
+    }
+
+    /// A NameServer and `groups` broker groups of three nodes.
+    async fn start_groups(groups: usize) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let namesrv = Namesrv::start(dir.path(), "namesrv", 120_000);
         // Transactions are checked back after 2 s, then every 2 s.
@@ -69,8 +77,22 @@ impl Env {
             namesrv.addr
         );
         let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
+        let mut others: Vec<Cluster> = (2..=groups)
+            .map(|g| {
+                let name = format!("test-{g}");
+                Cluster::start_group(&dir.path().join(&name), &name, 3, "async", &extra)
+            })
+            .collect();
         cluster.leader().await;
-        Env { dir, namesrv, cluster }
+        for c in &mut others {
+            c.leader().await;
+        }
+        Env {
+            dir,
+            namesrv,
+            cluster,
+            others,
+        }
     }
 
     /// Runs a raftmq admin command until it succeeds (the brokers may not
@@ -90,11 +112,11 @@ impl Env {
         }
     }
 
-    /// Every node as one access point list.
+    /// Every node of every group as one access point list.
     fn endpoints(&self) -> String {
-        self.cluster
-            .nodes
-            .iter()
+        std::iter::once(&self.cluster)
+            .chain(&self.others)
+            .flat_map(|c| &c.nodes)
             .map(|n| n.client_addr.clone())
             .collect::<Vec<_>>()
             .join(";")
@@ -139,7 +161,7 @@ impl Env {
                     let leader = self.cluster.leader().await;
                     eprintln!("scenario {name}: killing leader node {leader}");
                     self.cluster.kill(leader);
-                    writeln!(stdin, "killed node {leader}").unwrap();
+                    writeln!(stdin, "killed node {leader} of {}", self.cluster.group).unwrap();
                     stdin.flush().unwrap();
                 }
                 other => {
@@ -248,4 +270,54 @@ async fn timed_messages_survive_a_leader_crash() {
     let all = env.endpoints();
     env.scenario("timed-failover", &all, "TimedFailover", "TimedSurvivor")
         .await;
+}
+
+/// A topic spread over two broker groups, as RocketMQ users scale out:
+/// the official client writes to queues of both and receives everything;
+/// one group's leader crashes mid-run and the other never stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_over_two_groups_survives_one_groups_leader_crash() {
+    let mut env = Env::start_groups(2).await;
+    // One group at a time: each create waits until that group registered.
+    env.admin(&[
+        "topic", "create", "--topic", "Spread", "--queues", "4", "--broker", "test",
+    ]);
+    env.admin(&[
+        "topic", "create", "--topic", "Spread", "--queues", "4", "--broker", "test-2",
+    ]);
+    // The NameServer knows both groups' queues before any client asks a
+    // broker for the route (brokers cache a route for 30 s).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out, _) = raftmq_cli(&[
+            "topic",
+            "route",
+            "--topic",
+            "Spread",
+            "--json",
+            "--namesrv",
+            &env.namesrv.addr,
+        ]);
+        if ok && route_groups(&out) == ["test", "test-2"] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the route never named both groups: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let all = env.endpoints();
+    let out = env.scenario("two-groups", &all, "Spread", "SpreadGroup").await;
+    eprintln!("{out}");
+}
+
+/// The groups a `raftmq topic route --json` answer names, sorted.
+fn route_groups(json: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let mut groups: Vec<String> = v["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["group"].as_str().map(String::from))
+        .collect();
+    groups.sort();
+    groups
 }

@@ -1,16 +1,22 @@
-//! `raftmq dev`: a NameServer and a three-node broker group on 127.0.0.1,
-//! each node its own OS process (so killing one is a real crash), ready to
-//! use in one command.
+//! `raftmq dev`: a NameServer and one or more three-node broker groups on
+//! 127.0.0.1, each node its own OS process (so killing one is a real
+//! crash), ready to use in one command.
 //!
 //! It writes the configs into `--dir`, starts the processes, waits for a
-//! leader, creates `TestTopic` (8 queues), writes `DIR/dev.json` (the
-//! NameServer's address and every node's addresses and pid) once all of
-//! that is done, and prints what to paste next. Ctrl-C (or SIGTERM) stops
-//! every process cleanly and removes `dev.json`. Running it again on the
-//! same directory restarts the same cluster with its data.
+//! leader in every group, creates `TestTopic` (8 queues in every group),
+//! writes `DIR/dev.json` (the NameServer's address and every node's group,
+//! addresses and pid) once all of that is done, and prints what to paste
+//! next. Ctrl-C (or SIGTERM) stops every process cleanly and removes
+//! `dev.json`. Running it again on the same directory restarts the same
+//! cluster with its data.
 //!
-//! Ports: NameServer 9876 (its metrics 9976), broker clients 8081.., Raft
-//! 9091.., broker metrics 9101.., all shifted by `--base-port`.
+//! Groups are named `dev`, `dev-2`, `dev-3`..; the first group's files are
+//! `node<i>.toml`, `node<i>/` and `node<i>.log`, the others' carry the
+//! group's name in front (`dev-2-node1.toml`).
+//!
+//! Ports: NameServer 9876 (its metrics 9976); node `i` of group `g`
+//! (both from 1): client 8080 + 100(g-1) + i, Raft 9090 + 100(g-1) + i,
+//! metrics 9100 + 100(g-1) + i; all shifted by `--base-port`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use tokio::signal::unix::Signal;
 
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
@@ -27,10 +34,15 @@ pub struct DevArgs {
     /// Where configs, data and logs go (reused on the next run).
     #[arg(long, default_value = "data/dev")]
     pub dir: PathBuf,
-    /// Nodes in the broker group.
+    /// Nodes in each broker group.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub nodes: u64,
-    /// Added to every port (NameServer 9876, clients 8081.., Raft 9091.., metrics 9101..).
+    /// Broker groups (Raft groups), each of `--nodes` nodes; `TestTopic`
+    /// has queues on all of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=9))]
+    pub groups: u64,
+    /// Added to every port (NameServer 9876, clients 8081.., Raft 9091.., metrics 9101..;
+    /// each further group 100 higher).
     #[arg(long, default_value_t = 0)]
     pub base_port: u16,
     /// When a write is acknowledged: `async` (on a quorum's page cache,
@@ -49,6 +61,8 @@ struct DevInfo {
 
 #[derive(Debug, Serialize)]
 struct DevNode {
+    /// The node's broker group.
+    group: String,
     node_id: u64,
     client_addr: String,
     raft_addr: String,
@@ -63,24 +77,61 @@ pub const DEV_TOPIC: &str = "TestTopic";
 struct Layout {
     namesrv: String,
     namesrv_metrics: String,
-    /// (node id, client, raft, metrics).
-    nodes: Vec<(u64, String, String, String)>,
+    /// Every group's nodes, group by group.
+    nodes: Vec<NodeLayout>,
+}
+
+struct NodeLayout {
+    group: String,
+    id: u64,
+    /// Its config, data directory and log carry this name.
+    name: String,
+    client: String,
+    raft: String,
+    metrics: String,
+}
+
+impl Layout {
+    fn groups(&self) -> Vec<&str> {
+        let mut groups: Vec<&str> = self.nodes.iter().map(|n| n.group.as_str()).collect();
+        groups.dedup();
+        groups
+    }
+
+    fn group(&self, group: &str) -> impl Iterator<Item = &NodeLayout> {
+        self.nodes.iter().filter(move |n| n.group == group)
+    }
+}
+
+/// Group `g`'s name (from 0): the first is `dev`, as it was before there
+/// could be more.
+fn group_name(g: u64) -> String {
+    if g == 0 { "dev".into() } else { format!("dev-{}", g + 1) }
 }
 
 fn layout(a: &DevArgs) -> anyhow::Result<Layout> {
-    let port = |base: u32| -> anyhow::Result<u16> {
-        u16::try_from(base + u32::from(a.base_port)).context("--base-port pushes a port past 65535")
+    let port = |base: u64| -> anyhow::Result<u16> {
+        u16::try_from(base + u64::from(a.base_port)).context("--base-port pushes a port past 65535")
     };
-    let nodes = (1..=a.nodes)
-        .map(|id| {
-            Ok((
+    let mut nodes = Vec::new();
+    for g in 0..a.groups {
+        let group = group_name(g);
+        for id in 1..=a.nodes {
+            let shift = 100 * g + id;
+            nodes.push(NodeLayout {
+                name: if g == 0 {
+                    format!("node{id}")
+                } else {
+                    format!("{group}-node{id}")
+                },
+                group: group.clone(),
                 id,
-                format!("127.0.0.1:{}", port(8080 + id as u32)?),
-                format!("127.0.0.1:{}", port(9090 + id as u32)?),
-                format!("127.0.0.1:{}", port(9100 + id as u32)?),
-            ))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+                client: format!("127.0.0.1:{}", port(8080 + shift)?),
+                raft: format!("127.0.0.1:{}", port(9090 + shift)?),
+                metrics: format!("127.0.0.1:{}", port(9100 + shift)?),
+            });
+        }
+    }
     Ok(Layout {
         namesrv: format!("127.0.0.1:{}", port(9876)?),
         namesrv_metrics: format!("127.0.0.1:{}", port(9976)?),
@@ -98,21 +149,30 @@ fn write_configs(dir: &Path, l: &Layout, flush: &str) -> anyhow::Result<()> {
             l.namesrv, l.namesrv_metrics
         ),
     )?;
-    let peers: String = l
-        .nodes
-        .iter()
-        .map(|(id, c, r, _)| format!("[peers.{id}]\nraft_addr = \"{r}\"\nclient_addr = \"{c}\"\n\n"))
-        .collect();
-    for (id, c, r, m) in &l.nodes {
+    for n in &l.nodes {
+        let peers: String = l
+            .group(&n.group)
+            .map(|p| {
+                format!(
+                    "[peers.{}]\nraft_addr = \"{}\"\nclient_addr = \"{}\"\n\n",
+                    p.id, p.raft, p.client
+                )
+            })
+            .collect();
         std::fs::write(
-            dir.join(format!("node{id}.toml")),
+            dir.join(format!("{}.toml", n.name)),
             format!(
-                "# Written by `raftmq dev` (rewritten on every start).\nbroker = \"dev\"\nnode_id = {id}\n\
-                 data_dir = \"{}\"\nclient_listen = \"{c}\"\nraft_listen = \"{r}\"\nbootstrap = {}\n\
-                 namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{m}\"\n\n{peers}[store]\nsegment_size = 67108864\nflush_mode = \"{flush}\"\n",
-                dir.join(format!("node{id}")).display(),
-                *id == 1,
-                l.namesrv
+                "# Written by `raftmq dev` (rewritten on every start).\nbroker = \"{}\"\nnode_id = {}\n\
+                 data_dir = \"{}\"\nclient_listen = \"{}\"\nraft_listen = \"{}\"\nbootstrap = {}\n\
+                 namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{}\"\n\n{peers}[store]\nsegment_size = 67108864\nflush_mode = \"{flush}\"\n",
+                n.group,
+                n.id,
+                dir.join(&n.name).display(),
+                n.client,
+                n.raft,
+                n.id == 1,
+                l.namesrv,
+                n.metrics,
             ),
         )?;
     }
@@ -269,8 +329,10 @@ fn last_error_line(log: &Path) -> String {
         .map_or("it wrote no log".to_string(), |l| l.trim().to_string())
 }
 
-async fn leader_of(l: &Layout) -> Option<String> {
-    for (_, c, _, _) in &l.nodes {
+/// The client address of `group`'s leader, if it has one now.
+async fn leader_of(l: &Layout, group: &str) -> Option<String> {
+    for n in l.group(group) {
+        let c = &n.client;
         let Ok(ep) = crate::client::channel::endpoint(c, Duration::from_millis(300)) else {
             continue;
         };
@@ -284,6 +346,62 @@ async fn leader_of(l: &Layout) -> Option<String> {
         }
     }
     None
+}
+
+/// Waits for `group` to elect a leader: `Ok(None)` if dev was told to stop
+/// meanwhile, an error if a node exited or the deadline passed.
+async fn wait_for_leader(
+    l: &Layout,
+    group: &str,
+    dir: &Path,
+    children: &mut Children,
+    interrupt: &mut Signal,
+    term: &mut Signal,
+    deadline: Instant,
+) -> anyhow::Result<Option<String>> {
+    loop {
+        tokio::select! {
+            _ = interrupt.recv() => return Ok(None),
+            _ = term.recv() => return Ok(None),
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        if let Some(name) = children.reap().first() {
+            let log = dir.join(format!("{name}.log"));
+            bail!(
+                "{name} exited during start-up: {}\n(its log: {})",
+                last_error_line(&log),
+                log.display()
+            );
+        }
+        if let Some(addr) = leader_of(l, group).await {
+            return Ok(Some(addr));
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "group {group} elected no leader within 60 s; see the logs in {}",
+                dir.display()
+            );
+        }
+    }
+}
+
+/// Creates (or keeps) `TestTopic` in `group`, through its leader.
+async fn create_dev_topic(group: &str, leader: &str) -> anyhow::Result<()> {
+    let channel = crate::client::channel::endpoint(leader, Duration::from_secs(2))
+        .map_err(anyhow::Error::msg)?
+        .connect()
+        .await?;
+    BrokerClient::new(channel)
+        .put_topic(pb::PutTopicRequest {
+            name: DEV_TOPIC.into(),
+            read_queues: 8,
+            write_queues: 8,
+            perm: 6,
+            message_type: String::new(),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("cannot create {DEV_TOPIC} in group {group}: {}", s.message()))?;
+    Ok(())
 }
 
 pub async fn run(a: DevArgs) -> anyhow::Result<()> {
@@ -307,52 +425,18 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         &["namesrv", "--config", &namesrv_cfg.to_string_lossy()],
     )?;
     let mut pids = Vec::new();
-    for (id, _, _, _) in &l.nodes {
-        let cfg = dir.join(format!("node{id}.toml"));
-        pids.push(children.spawn(
-            &format!("node{id}"),
-            &dir,
-            &["broker", "--config", &cfg.to_string_lossy()],
-        )?);
+    for n in &l.nodes {
+        let cfg = dir.join(format!("{}.toml", n.name));
+        pids.push(children.spawn(&n.name, &dir, &["broker", "--config", &cfg.to_string_lossy()])?);
     }
 
-    // Ready: a leader, and the default topic.
+    // Ready: a leader in every group, and the default topic on each.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let leader = loop {
-        tokio::select! {
-            _ = interrupt.recv() => return Ok(()),
-            _ = term.recv() => return Ok(()),
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
-        if let Some(name) = children.reap().first() {
-            let log = dir.join(format!("{name}.log"));
-            bail!(
-                "{name} exited during start-up: {}\n(its log: {})",
-                last_error_line(&log),
-                log.display()
-            );
-        }
-        if let Some(addr) = leader_of(&l).await {
-            break addr;
-        }
-        if Instant::now() > deadline {
-            bail!("no leader was elected within 60 s; see the logs in {}", dir.display());
-        }
-    };
-    let channel = crate::client::channel::endpoint(&leader, Duration::from_secs(2))
-        .map_err(anyhow::Error::msg)?
-        .connect()
-        .await?;
-    BrokerClient::new(channel)
-        .put_topic(pb::PutTopicRequest {
-            name: DEV_TOPIC.into(),
-            read_queues: 8,
-            write_queues: 8,
-            perm: 6,
-            message_type: String::new(),
-        })
-        .await
-        .map_err(|s| anyhow::anyhow!("cannot create {DEV_TOPIC}: {}", s.message()))?;
+    for group in l.groups() {
+        let leader = wait_for_leader(&l, group, &dir, &mut children, &mut interrupt, &mut term, deadline).await?;
+        let Some(leader) = leader else { return Ok(()) };
+        create_dev_topic(group, &leader).await?;
+    }
 
     let info = DevInfo {
         namesrv_addr: l.namesrv.clone(),
@@ -361,11 +445,12 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             .nodes
             .iter()
             .zip(&pids)
-            .map(|((id, c, r, m), pid)| DevNode {
-                node_id: *id,
-                client_addr: c.clone(),
-                raft_addr: r.clone(),
-                metrics_addr: m.clone(),
+            .map(|(n, pid)| DevNode {
+                group: n.group.clone(),
+                node_id: n.id,
+                client_addr: n.client.clone(),
+                raft_addr: n.raft.clone(),
+                metrics_addr: n.metrics.clone(),
                 pid: *pid,
             })
             .collect(),
@@ -374,28 +459,40 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
     std::fs::rename(&tmp, &info_path)?;
 
-    let access = l
-        .nodes
-        .iter()
-        .map(|(_, c, _, _)| c.as_str())
-        .collect::<Vec<_>>()
-        .join(";");
-    println!(
-        "raftmq dev: a NameServer and a {}-node broker group on 127.0.0.1",
-        l.nodes.len()
-    );
+    // Any node of any group is an access point: each answers routes for
+    // every group it hears of from the NameServer.
+    let access = l.nodes.iter().map(|n| n.client.as_str()).collect::<Vec<_>>().join(";");
+    let groups = l.groups();
+    if groups.len() == 1 {
+        println!(
+            "raftmq dev: a NameServer and a {}-node broker group on 127.0.0.1",
+            a.nodes
+        );
+    } else {
+        println!(
+            "raftmq dev: a NameServer and {} broker groups of {} nodes on 127.0.0.1 ({})",
+            groups.len(),
+            a.nodes,
+            groups.join(", ")
+        );
+    }
     println!();
     println!("  access points   {access}");
     println!(
         "  NameServer      {}  (metrics http://{}/metrics)",
         l.namesrv, l.namesrv_metrics
     );
-    println!("  topic           {DEV_TOPIC} (8 queues)");
+    println!("  topic           {DEV_TOPIC} (8 queues in each group)");
     println!("  data and logs   {}", dir.display());
-    for (n, pid) in info.nodes.iter().zip(&pids) {
+    for n in &info.nodes {
+        let who = if groups.len() == 1 {
+            format!("node {}", n.node_id)
+        } else {
+            format!("{} node {}", n.group, n.node_id)
+        };
         println!(
-            "  node {}          client {}  raft {}  metrics http://{}/metrics  pid {pid}",
-            n.node_id, n.client_addr, n.raft_addr, n.metrics_addr
+            "  {who:<15} client {}  raft {}  metrics http://{}/metrics  pid {}",
+            n.client_addr, n.raft_addr, n.metrics_addr, n.pid
         );
     }
     println!();

@@ -43,6 +43,8 @@ pub struct Node {
 }
 
 pub struct Cluster {
+    /// The broker group's name.
+    pub group: String,
     pub dir: PathBuf,
     pub nodes: Vec<Node>,
 }
@@ -55,6 +57,13 @@ impl Cluster {
 
     /// As [`Cluster::start`], with `extra` top-level config lines.
     pub fn start_with(dir: &Path, n: u64, flush_mode: &str, extra: &str) -> Cluster {
+        Cluster::start_group(dir, "test", n, flush_mode, extra)
+    }
+
+    /// As [`Cluster::start_with`], for the broker group `group`. Two groups
+    /// need two directories (their nodes' files have the same names).
+    pub fn start_group(dir: &Path, group: &str, n: u64, flush_mode: &str, extra: &str) -> Cluster {
+        std::fs::create_dir_all(dir).unwrap();
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let peers: String = (1..=n)
             .map(|id| {
@@ -74,7 +83,7 @@ impl Cluster {
             let m = free_port();
             let config = dir.join(format!("node{id}.toml"));
             let text = format!(
-                "group = \"test\"\nnode_id = {id}\ndata_dir = \"{}\"\nclient_listen = \"127.0.0.1:{c}\"\n\
+                "group = \"{group}\"\nnode_id = {id}\ndata_dir = \"{}\"\nclient_listen = \"127.0.0.1:{c}\"\n\
                  raft_listen = \"127.0.0.1:{r}\"\nbootstrap = {}\n{snapshot}max_body_bytes = 524288\n\
                  metrics_listen = \"127.0.0.1:{m}\"\n{extra}\n{peers}\n\
                  [store]\nflush_mode = \"{flush_mode}\"\nsegment_size = 1048576\nmax_record_size = 1000000\n\
@@ -95,6 +104,7 @@ impl Cluster {
             });
         }
         let mut cluster = Cluster {
+            group: group.to_string(),
             dir: dir.to_path_buf(),
             nodes,
         };

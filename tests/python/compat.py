@@ -40,6 +40,7 @@ def ask_driver(action):
     print("@@" + action, flush=True)
     reply = sys.stdin.readline().strip()
     log("driver:", action, "->", reply)
+    return reply
 
 
 def config(args):
@@ -505,10 +506,92 @@ def transactions(args):
         p.shutdown()
 
 
+def broker_of(receipt):
+    """The broker group a send landed in (a queue prints as
+    "<broker>.<topic>.<queue id>")."""
+    return str(receipt.message_queue).split(".")[0]
+
+
+def two_groups(args):
+    """A topic with queues in two broker groups: sends land on queues of
+    both, and every one is received. Then one group's leader is killed while
+    four threads send: nothing acknowledged is lost, and sends to the other
+    group go on being acknowledged throughout."""
+    cfg = config(args)
+    topic = args.topic
+    p = Producer(cfg, (topic,))
+    p.startup()
+    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression("*")}, await_duration=2)
+    c.startup()
+    acked = {}  # body -> (broker group, time acknowledged)
+    failed = []
+    lock = threading.Lock()
+    try:
+        for i in range(32):
+            r = p.send(message(topic, "w%d" % i))
+            acked["w%d" % i] = (broker_of(r), time.time())
+        groups = sorted({g for g, _ in acked.values()})
+        check(len(groups) == 2, "sends land on queues of both groups: %s" % groups)
+
+        stop = threading.Event()
+
+        def sender(t):
+            for i in range(400):
+                if stop.is_set():
+                    return
+                body = "t%d-%d" % (t, i)
+                try:
+                    r = p.send(message(topic, body))
+                    with lock:
+                        acked[body] = (broker_of(r), time.time())
+                except Exception as e:  # noqa: BLE001
+                    with lock:
+                        failed.append(body)
+                    log("send %s failed: %s" % (body, type(e).__name__))
+                time.sleep(0.01)
+
+        threads = [threading.Thread(target=sender, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(2)
+        reply = ask_driver("kill-leader")
+        killed_at = time.time()
+        victim = reply.split()[-1]
+        check(victim in groups, "the driver killed the leader of group %s" % victim)
+        other = [g for g in groups if g != victim][0]
+        time.sleep(8)
+        stop.set()
+        for t in threads:
+            t.join()
+        with lock:
+            during = sorted(at for g, at in acked.values() if g == other and at >= killed_at - 0.5)
+            victim_acks = sorted(at for g, at in acked.values() if g == victim and at >= killed_at - 0.5)
+            after = [at for at in victim_acks if at > killed_at]
+        gaps = [b - a for a, b in zip(during, during[1:])]
+        longest = max(gaps, default=float("inf"))
+        # How long the crashed group acknowledged nothing (its failover).
+        outage = max((b - a for a, b in zip(victim_acks, victim_acks[1:])), default=float("inf"))
+        log("acked %d, failed %d; group %s: %d acks after the kill, longest gap %.2f s; group %s: %d acks after, "
+            "longest gap %.2f s" % (len(acked), len(failed), other, len(during), longest, victim, len(after), outage))
+        check(len(during) > 20 and longest < 2.0,
+              "group %s went on acknowledging while %s lost its leader (longest gap %.2f s)" % (other, victim, longest))
+        check(after, "group %s acknowledges again after its new leader is elected" % victim)
+        want = set(acked)
+        got = drain(c, want, 90, invisible=30)
+        bodies = {m.body.decode() for m in got}
+        check(want <= bodies, "every acknowledged message is received (%d missing)" % len(want - bodies))
+        print(json.dumps({"acked": len(acked), "failed": len(failed), "longest_gap_s": round(longest, 3),
+                          "failover_gap_s": round(outage, 3)}), flush=True)
+    finally:
+        c.shutdown()
+        p.shutdown()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument(
-        "scenario", choices=["simple", "fifo", "push", "failover", "sql92", "timed", "timed-failover", "transactions"]
+        "scenario", choices=["simple", "fifo", "push", "failover", "sql92", "timed", "timed-failover", "transactions",
+                     "two-groups"]
     )
     ap.add_argument("--endpoints", required=True)
     ap.add_argument("--topic", required=True)
@@ -523,6 +606,7 @@ def main():
         "timed": timed,
         "timed-failover": timed_failover,
         "transactions": transactions,
+        "two-groups": two_groups,
     }[args.scenario](args)
     log("scenario %s passed" % args.scenario)
 
