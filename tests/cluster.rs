@@ -94,6 +94,35 @@ async fn killing_the_leader_loses_nothing_and_the_old_leader_catches_up() {
     check_reads(&c, old, &acked, 2).await;
 }
 
+/// A leader stopped with SIGTERM (a planned stop: systemd, Kubernetes, a
+/// rolling restart) hands leadership over before it exits, so when its
+/// process is gone another node already leads, with a higher term, and has
+/// everything that was acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_leader_hands_over_before_it_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start(dir.path(), 3, "async");
+    let old = c.leader().await;
+    let term = c.status(old, false).await.unwrap().term;
+    c.create_topic("T", 2, "").await;
+    let acked = send_many(&c, 0, 200, 4, 2).await;
+    assert!(c.stop(old).success());
+    let mut leaders = Vec::new();
+    for id in (1..=3).filter(|&i| i != old) {
+        let s = c.status(id, false).await.unwrap();
+        if s.role == "leader" {
+            leaders.push((id, s.term));
+        }
+    }
+    assert_eq!(
+        leaders.len(),
+        1,
+        "one leader the moment the old one is gone: {leaders:?}"
+    );
+    assert!(leaders[0].1 > term);
+    check_reads(&c, leaders[0].0, &acked, 2).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

@@ -15,11 +15,17 @@ fn alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
+/// A base port for `raftmq dev`: every port it lays out (base + 8081 up to
+/// base + 9976, 1000 more for the two-group test) stays below the kernel's
+/// ephemeral range (32768..), where any outgoing connection may hold one.
+fn base_port() -> u16 {
+    1_000 + (std::process::id() % 20_000) as u16
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn dev_cluster_produce_consume_failover_and_stop() {
     let dir = tempfile::tempdir().unwrap();
-    // A base port unlikely to collide with other tests' random ports.
-    let base = 20_000 + (std::process::id() % 20_000) as u16;
+    let base = base_port();
     let dev_err = dir.path().join("dev.stderr");
     let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
         .args(["dev", "--dir"])
@@ -200,7 +206,7 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
 async fn dev_with_two_groups_spreads_the_test_topic() {
     let dir = tempfile::tempdir().unwrap();
     // Clear of the single-group test's ports (this one's reach 100 higher).
-    let base = 21_000 + (std::process::id() % 20_000) as u16;
+    let base = base_port() + 1000;
     let dev_err = dir.path().join("dev.stderr");
     let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
         .args(["dev", "--groups", "2", "--dir"])

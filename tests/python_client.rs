@@ -112,6 +112,50 @@ impl Env {
         }
     }
 
+    /// `raftmq cluster rolling-restart` on group `test`, with this test as
+    /// the service manager: the CLI's `--exec` asks for a restart through a
+    /// file and waits; the test stops the node with SIGTERM, starts it
+    /// again and removes the file.
+    async fn rolling_restart(&mut self) {
+        let request = self.dir.path().join("restart-request");
+        let exec = format!(
+            "echo {{node}} > {0}.tmp && mv {0}.tmp {0} && while [ -e {0} ]; do sleep 0.05; done",
+            request.display()
+        );
+        let mut cli = Command::new(env!("CARGO_BIN_EXE_raftmq"))
+            .args([
+                "cluster",
+                "rolling-restart",
+                "--namesrv",
+                &self.namesrv.addr,
+                "--broker",
+                "test",
+            ])
+            .args(["--exec", &exec, "--timeout", "60s"])
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut restarted = Vec::new();
+        let status = loop {
+            if let Some(s) = cli.try_wait().unwrap() {
+                break s;
+            }
+            if let Ok(id) = std::fs::read_to_string(&request) {
+                let id: u64 = id.trim().parse().unwrap();
+                let stopped = self.cluster.stop(id);
+                assert!(stopped.success(), "node {id} stopped with {stopped}");
+                self.cluster.spawn(id);
+                restarted.push(id);
+                std::fs::remove_file(&request).unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(status.success(), "rolling-restart failed ({status})");
+        restarted.sort();
+        assert_eq!(restarted, [1, 2, 3], "every node restarted once");
+    }
+
     /// Every node of every group as one access point list.
     fn endpoints(&self) -> String {
         std::iter::once(&self.cluster)
@@ -162,6 +206,11 @@ impl Env {
                     eprintln!("scenario {name}: killing leader node {leader}");
                     self.cluster.kill(leader);
                     writeln!(stdin, "killed node {leader} of {}", self.cluster.group).unwrap();
+                    stdin.flush().unwrap();
+                }
+                "@@rolling-restart" => {
+                    self.rolling_restart().await;
+                    writeln!(stdin, "restarted every node of {}", self.cluster.group).unwrap();
                     stdin.flush().unwrap();
                 }
                 other => {
@@ -270,6 +319,16 @@ async fn timed_messages_survive_a_leader_crash() {
     let all = env.endpoints();
     env.scenario("timed-failover", &all, "TimedFailover", "TimedSurvivor")
         .await;
+}
+
+/// `raftmq cluster rolling-restart` while the official client sends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_restart_loses_nothing_and_never_pauses_two_seconds() {
+    let mut env = Env::start().await;
+    env.admin(&["topic", "create", "--topic", "Rolling", "--queues", "4"]);
+    let all = env.endpoints();
+    let out = env.scenario("rolling", &all, "Rolling", "RollingGroup").await;
+    eprintln!("{out}");
 }
 
 /// A topic spread over two broker groups, as RocketMQ users scale out:

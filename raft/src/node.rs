@@ -349,6 +349,57 @@ impl RaftNode {
             .map_err(|e| RaftError::Fatal(e.to_string()))
     }
 
+    /// Before a planned stop: when this node leads, hands leadership to the
+    /// voter whose log matches the most of it among those that answered a
+    /// heartbeat lately, and waits up to `within` for the group to follow
+    /// someone else, so the stop costs the clients no election timeout.
+    /// Nothing happens when no other voter is answering (the last node of a
+    /// group stopping). Returns the new leader, if one took over.
+    pub async fn hand_over(&self, within: Duration) -> Option<NodeId> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.current_leader != Some(self.id) {
+            return None;
+        }
+        let replication = m.replication.clone().unwrap_or_default();
+        let heartbeat = m.heartbeat.clone().unwrap_or_default();
+        let fresh = Duration::from_millis(3 * self.raft.config().heartbeat_interval);
+        let answering = |v: &NodeId| {
+            use openraft::async_runtime::Instant as _;
+            heartbeat.get(v).cloned().flatten().is_some_and(|t| t.elapsed() < fresh)
+        };
+        let to = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .filter(|v| *v != self.id && answering(v))
+            .max_by_key(|v| replication.get(v).cloned().flatten().map(|l| l.index))?;
+        tracing::info!(to, "stopping: handing leadership over");
+        if let Err(e) = self.raft.trigger().transfer_leader(to).await {
+            tracing::warn!(error = %e, "leadership hand-over");
+            return None;
+        }
+        let mut metrics = self.raft.metrics();
+        let moved = tokio::time::timeout(within, async {
+            loop {
+                let leader = metrics.borrow_watched().current_leader;
+                if leader.is_some_and(|l| l != self.id) {
+                    return leader;
+                }
+                if metrics.changed().await.is_err() {
+                    return None;
+                }
+            }
+        })
+        .await;
+        match moved {
+            Ok(Some(l)) => Some(l),
+            _ => {
+                tracing::warn!(to, "no other leader within {within:?}; stopping anyway");
+                None
+            }
+        }
+    }
+
     /// While this node leads, hands leadership to `preferred` whenever that
     /// node is a voter whose log has caught up with the leader's.
     fn spawn_preferred_leader(self: Arc<Self>, preferred: NodeId) {

@@ -54,6 +54,10 @@ pub enum ClusterCommand {
         #[arg(long)]
         client_addr: String,
     },
+    /// Restart every node of a broker group, one at a time: followers
+    /// first, each back and caught up before the next, then the leader
+    /// after leadership moved away.
+    RollingRestart(super::rolling::RollingArgs),
     /// Remove a node from a broker group.
     RemoveNode {
         /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
@@ -266,6 +270,7 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
             println!("broker group {broker}: node {node_id} added as a voter");
             return Ok(());
         }
+        ClusterCommand::RollingRestart(a) => return super::rolling::run(a).await,
         ClusterCommand::RemoveNode {
             namesrv,
             broker,

@@ -4,12 +4,13 @@
 //!
 //! | module      | commands                                                        |
 //! |-------------|-----------------------------------------------------------------|
-//! | [`dev`]     | `raftmq dev`: a NameServer and a three-node group, one command   |
+//! | [`dev`]     | `raftmq dev`: a NameServer and three-node groups, one command    |
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
 //! | [`bench`]   | `raftmq bench produce|consume|e2e`, with plots                  |
 //! | [`connect`] | how commands reach a cluster: NameServers, broker groups, channels |
 //! | [`admin`]   | `raftmq cluster ...`, `raftmq topic ...` via the NameServers     |
 //! | [`status`]  | `raftmq cluster status`: every node, live, with its last heartbeat |
+//! | [`rolling`] | `raftmq cluster rolling-restart`: one node at a time, leader last |
 //! | [`group`]   | `raftmq group ...`: consumer groups, progress, offset resets    |
 //! | [`message`] | `raftmq message get|find|range`                                 |
 //! | [`node`]    | `raftmq node status|put-topic|send|read` on one node            |
@@ -28,6 +29,7 @@ pub mod logging;
 pub mod message;
 pub mod node;
 pub mod produce;
+pub mod rolling;
 pub mod status;
 
 use std::path::PathBuf;

@@ -587,11 +587,69 @@ def two_groups(args):
         p.shutdown()
 
 
+def rolling(args):
+    """Every node of the group restarted one at a time (followers first,
+    the leader last, after leadership moved) while four threads send:
+    nothing acknowledged is lost and acknowledgements never pause 2 s."""
+    cfg = config(args)
+    topic = args.topic
+    p = Producer(cfg, (topic,))
+    p.startup()
+    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression("*")}, await_duration=2)
+    c.startup()
+    acked, failed = {}, []
+    lock = threading.Lock()
+    stop = threading.Event()
+    try:
+        def sender(t):
+            i = 0
+            while not stop.is_set() and i < 20000:
+                body = "r%d-%d" % (t, i)
+                i += 1
+                try:
+                    p.send(message(topic, body))
+                    with lock:
+                        acked[body] = time.time()
+                except Exception as e:  # noqa: BLE001
+                    with lock:
+                        failed.append(body)
+                    log("send %s failed: %s" % (body, type(e).__name__))
+                time.sleep(0.01)
+
+        threads = [threading.Thread(target=sender, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(2)
+        began = time.time()
+        ask_driver("rolling-restart")
+        ended = time.time()
+        time.sleep(2)
+        stop.set()
+        for t in threads:
+            t.join()
+        with lock:
+            times = sorted(at for at in acked.values() if at >= began - 1)
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        longest = max(gaps, default=float("inf"))
+        log("rolling restart took %.1f s; acked %d, failed %d; longest gap between acks %.2f s"
+            % (ended - began, len(acked), len(failed), longest))
+        check(longest < 2.0, "acknowledgements never paused 2 s during the rolling restart (%.2f s)" % longest)
+        want = set(acked)
+        got = drain(c, want, 90, invisible=30)
+        bodies = {m.body.decode() for m in got}
+        check(want <= bodies, "every acknowledged message is received (%d missing)" % len(want - bodies))
+        print(json.dumps({"acked": len(acked), "failed": len(failed), "longest_gap_s": round(longest, 3),
+                          "restart_s": round(ended - began, 1)}), flush=True)
+    finally:
+        c.shutdown()
+        p.shutdown()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument(
         "scenario", choices=["simple", "fifo", "push", "failover", "sql92", "timed", "timed-failover", "transactions",
-                     "two-groups"]
+                     "two-groups", "rolling"]
     )
     ap.add_argument("--endpoints", required=True)
     ap.add_argument("--topic", required=True)
@@ -607,6 +665,7 @@ def main():
         "timed-failover": timed_failover,
         "transactions": transactions,
         "two-groups": two_groups,
+        "rolling": rolling,
     }[args.scenario](args)
     log("scenario %s passed" % args.scenario)
 
