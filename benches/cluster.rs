@@ -85,6 +85,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             timer: Default::default(),
             transaction: Default::default(),
             limits: Default::default(),
+            identity: None,
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

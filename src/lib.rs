@@ -17,6 +17,7 @@
 //! | [`namesrv`]      | the NameServer: registry, routes, expiry                           |
 //! | [`metrics_http`] | the HTTP port: `/metrics`, `/healthz`, `/readyz` (brokers, NameServers) |
 //! | [`config`], [`error`], [`clock`] | TOML loading, [`error::BrokerError`] and its status codes, the wall clock |
+//! | [`hosts`]        | `RAFTMQ_HOSTS`: names dialled at fixed addresses (several hosts on one machine) |
 //!
 //! Dependencies run one way: `cli -> server -> grpc -> broker -> (proto,
 //! raft, store)`; `client` and `filter` sit beside `broker` and use only
@@ -40,6 +41,7 @@ pub mod config;
 pub mod error;
 pub mod filter;
 pub mod grpc;
+pub mod hosts;
 pub mod metrics_http;
 pub mod namesrv;
 pub mod proto;

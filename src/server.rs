@@ -26,7 +26,7 @@ pub struct RunningBroker {
 
 impl RunningBroker {
     /// Starts the Raft node and serves the client services.
-    pub async fn start(cfg: BrokerConfig) -> anyhow::Result<RunningBroker> {
+    pub async fn start(mut cfg: BrokerConfig) -> anyhow::Result<RunningBroker> {
         let listener = tokio::net::TcpListener::bind(&cfg.client_listen)
             .await
             .with_context(|| format!("cannot listen on client_listen {}", cfg.client_listen))?;
@@ -37,6 +37,20 @@ impl RunningBroker {
         }
         if cfg.unsafe_ack_before_commit {
             tracing::warn!("unsafe_ack_before_commit is set: this node loses acknowledged messages on faults");
+        }
+        if cfg.identity.is_some() && cfg.bootstrap {
+            // Ordinal 0 of a StatefulSet bootstraps only a group that never
+            // was: with a lost disk it waits for the leader instead.
+            let me = cfg.client_addr();
+            let others: Vec<String> = cfg
+                .peers
+                .values()
+                .map(|p| p.client_addr.clone())
+                .filter(|a| *a != me)
+                .collect();
+            if crate::broker::identity::group_exists(&others).await {
+                cfg.bootstrap = false;
+            }
         }
         let node = RaftNode::start(cfg.node_config()).await?;
         let broker = Arc::new(Broker::new(node, cfg));

@@ -51,6 +51,10 @@ fn every_example_config_is_valid_and_every_key_documented() {
         "deploy/compose has 3 nodes and a NameServer"
     );
     let mut all = Vec::new();
+    // The StatefulSet's shared config, as a pod named broker-a-1 reads it.
+    // SAFETY (set_var): this test binary reads the variable in this test only.
+    unsafe { std::env::set_var("RAFTMQ_HOSTNAME", "broker-a-1") };
+    brokers.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/group/broker.toml"));
     for p in &brokers {
         let cfg = BrokerConfig::load(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         keys(&serde_json::to_value(&cfg).unwrap(), &mut all);

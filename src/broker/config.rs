@@ -25,6 +25,7 @@ use raftmq_raft::{NodeAddr, NodeConfig};
 use raftmq_store::StoreConfig;
 use serde::{Deserialize, Serialize};
 
+pub use crate::broker::identity::IdentityConfig;
 pub use crate::broker::limits::LimitsConfig;
 use crate::config::{ConfigError, read_toml};
 
@@ -131,6 +132,10 @@ pub struct BrokerConfig {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub store: StoreConfig,
+    /// Identity from the host name (see [`crate::broker::identity`]); the
+    /// keys it derives are filled in by [`BrokerConfig::load`].
+    #[serde(default)]
+    pub identity: Option<IdentityConfig>,
 }
 
 /// Timed and delay messages.
@@ -264,7 +269,20 @@ mod defaults {
 
 impl BrokerConfig {
     pub fn load(path: &Path) -> Result<BrokerConfig, ConfigError> {
-        let cfg: BrokerConfig = read_toml(path)?;
+        let mut table: toml::Table = read_toml(path)?;
+        let cfg: BrokerConfig = if table.contains_key("identity") {
+            crate::hosts::load().map_err(ConfigError::Invalid)?;
+            crate::broker::identity::apply(&mut table, &crate::broker::identity::host_name()?)?;
+            // Through text again: `[peers]` keys become ids only when parsed.
+            let derived = toml::to_string(&table).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            toml::from_str(&derived).map_err(|e| ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: format!("{e} (in the config as [identity] completed it)"),
+            })?
+        } else {
+            // Parsed from the text itself: errors keep their line numbers.
+            read_toml(path)?
+        };
         cfg.validate()?;
         Ok(cfg)
     }
@@ -294,7 +312,7 @@ impl BrokerConfig {
             return bad(format!("the bootstrap node {} must be one of [peers]", self.node_id));
         }
         for a in &self.namesrv_addrs {
-            if !is_host_port(a) {
+            if !crate::client::channel::is_host_port(a) {
                 return bad(format!("namesrv_addrs entry {a:?} is not a host:port address"));
             }
         }
@@ -366,6 +384,15 @@ impl BrokerConfig {
             })
             .collect();
         n.bootstrap = self.bootstrap;
+        // Peers whose names RAFTMQ_HOSTS pins are dialled there.
+        n.dial_overrides = self
+            .peers
+            .iter()
+            .filter_map(|(&id, p)| {
+                let at = crate::hosts::rewrite(&p.raft_addr);
+                (at != p.raft_addr).then_some((id, at))
+            })
+            .collect();
         n.election_timeout_min_ms = self.election_timeout_min_ms;
         n.election_timeout_max_ms = self.election_timeout_max_ms;
         n.heartbeat_interval_ms = self.heartbeat_interval_ms;
@@ -375,19 +402,6 @@ impl BrokerConfig {
         n.store = self.store.clone();
         n.wall_clock_ms = crate::clock::now_ms;
         n
-    }
-}
-
-/// `host:port` with a port number and a host name or IP (`[v6]:port`).
-fn is_host_port(a: &str) -> bool {
-    match a.rsplit_once(':') {
-        Some((host, port)) => {
-            !host.is_empty()
-                && port.parse::<u16>().is_ok()
-                && !a.contains("://")
-                && crate::client::channel::endpoint(a, std::time::Duration::from_secs(1)).is_ok()
-        }
-        None => false,
     }
 }
 

@@ -21,6 +21,7 @@
 //! | [`registration`]   | heartbeats to every NameServer, unregister on stop           |
 //! | [`metrics`]        | Prometheus metrics of a broker node                          |
 //! | [`config`]         | the broker's TOML configuration                              |
+//! | [`identity`]       | node id, group and peers from the host name (StatefulSets)  |
 //! | [`limits`]         | what one caller may take from a node (`[limits]`)           |
 
 pub mod batcher;
@@ -29,6 +30,7 @@ pub mod config;
 pub mod flow_control;
 pub mod health;
 pub mod held;
+pub mod identity;
 pub mod internal_topic;
 pub mod limits;
 pub mod long_polls;

@@ -13,11 +13,27 @@ pub fn endpoint(addr: &str, connect_timeout: Duration) -> Result<Endpoint, Strin
     let url = if addr.contains("://") {
         addr.to_string()
     } else {
-        format!("http://{addr}")
+        format!("http://{}", crate::hosts::rewrite(addr))
     };
     Endpoint::from_shared(url)
         .map(|e| e.tcp_nodelay(true).connect_timeout(connect_timeout))
         .map_err(|e| format!("{addr:?} is not a host:port address: {e}"))
+}
+
+/// `host:port` with a port number and a host name or IP (`[v6]:port`), at
+/// most 261 bytes (a DNS name's 253, a colon, a port): what nodes may
+/// advertise and dial.
+pub fn is_host_port(a: &str) -> bool {
+    match a.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty()
+                && a.len() <= 261
+                && port.parse::<u16>().is_ok()
+                && !a.contains("://")
+                && endpoint(a, Duration::from_secs(1)).is_ok()
+        }
+        None => false,
+    }
 }
 
 /// Whether a call failed before the request left this node (the server

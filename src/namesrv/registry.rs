@@ -35,6 +35,9 @@ pub const MAX_NODES_PER_GROUP: usize = 16;
 struct NodeState {
     hb: pb::BrokerHeartbeat,
     last_seen: Instant,
+    /// Where its last heartbeat came from: the node's host when it
+    /// advertises a DNS name rather than an IP.
+    from: Option<IpAddr>,
 }
 
 /// (cluster, group)
@@ -68,8 +71,10 @@ pub fn validate(hb: &pb::BrokerHeartbeat) -> Result<(), InvalidHeartbeat> {
         return bad(format!("role {:?} is not one of {ROLES:?}", hb.role));
     }
     for (what, addr) in [("client_addr", &hb.client_addr), ("raft_addr", &hb.raft_addr)] {
-        if addr.parse::<std::net::SocketAddr>().is_err() {
-            return bad(format!("{what} {addr:?} is not an ip:port address"));
+        // Host names too: nodes in Kubernetes or compose advertise their
+        // DNS names (their IPs change when they are rescheduled).
+        if !crate::client::channel::is_host_port(addr) {
+            return bad(format!("{what} {addr:?} is not a host:port address"));
         }
     }
     let max = raftmq_raft::command::MAX_QUEUES;
@@ -100,7 +105,12 @@ impl Registry {
     /// or the node's role changed (worth logging).
     /// Refused: a live node's entry at other addresses, or past the bounds
     /// on groups and nodes.
-    pub fn heartbeat(&mut self, hb: pb::BrokerHeartbeat, now: Instant) -> Result<bool, InvalidHeartbeat> {
+    pub fn heartbeat(
+        &mut self,
+        hb: pb::BrokerHeartbeat,
+        from: Option<IpAddr>,
+        now: Instant,
+    ) -> Result<bool, InvalidHeartbeat> {
         let key = (hb.cluster.clone(), hb.group.clone());
         match self.groups.get(&key) {
             None if self.groups.len() >= MAX_GROUPS => {
@@ -130,7 +140,14 @@ impl Registry {
         let role_changed = group
             .get(&hb.node_id)
             .is_none_or(|n| n.hb.role != hb.role || n.hb.term != hb.term);
-        group.insert(hb.node_id, NodeState { hb, last_seen: now });
+        group.insert(
+            hb.node_id,
+            NodeState {
+                hb,
+                last_seen: now,
+                from,
+            },
+        );
         Ok(role_changed || self.leader(&key) != leader_before)
     }
 
@@ -149,7 +166,7 @@ impl Registry {
         };
         if let (Some(ip), Some(n)) = (from, g.get(&node_id)) {
             let host = |a: &str| a.parse::<SocketAddr>().ok().map(|a| a.ip());
-            if host(&n.hb.client_addr) != Some(ip) && host(&n.hb.raft_addr) != Some(ip) {
+            if host(&n.hb.client_addr) != Some(ip) && host(&n.hb.raft_addr) != Some(ip) && n.from != Some(ip) {
                 return Err(InvalidHeartbeat(format!(
                     "node {node_id} of group {group} is registered at {}: only its host unregisters it",
                     n.hb.client_addr
@@ -296,13 +313,14 @@ mod tests {
     fn the_highest_term_claim_leads_and_a_stale_one_never_replaces_it() {
         let mut r = Registry::default();
         let t0 = Instant::now();
-        r.heartbeat(hb(1, "leader", 3), t0).unwrap();
-        r.heartbeat(hb(2, "follower", 3), t0).unwrap();
+        r.heartbeat(hb(1, "leader", 3), None, t0).unwrap();
+        r.heartbeat(hb(2, "follower", 3), None, t0).unwrap();
         assert_eq!(r.leader(&key()), Some((1, 3)));
         // Node 3 wins term 4; node 1, cut off, still claims term 3.
-        r.heartbeat(hb(3, "leader", 4), t0).unwrap();
+        r.heartbeat(hb(3, "leader", 4), None, t0).unwrap();
         assert_eq!(r.leader(&key()), Some((3, 4)));
-        r.heartbeat(hb(1, "leader", 3), t0 + Duration::from_secs(1)).unwrap();
+        r.heartbeat(hb(1, "leader", 3), None, t0 + Duration::from_secs(1))
+            .unwrap();
         assert_eq!(r.leader(&key()), Some((3, 4)), "a lower-term claim must not win");
         let route = r.route("T").unwrap();
         assert_eq!(route.groups[0].leader_id, Some(3));
@@ -315,8 +333,8 @@ mod tests {
     fn silent_nodes_expire_and_unregister_is_immediate() {
         let mut r = Registry::default();
         let t0 = Instant::now();
-        r.heartbeat(hb(1, "leader", 1), t0).unwrap();
-        r.heartbeat(hb(2, "follower", 1), t0 + Duration::from_secs(100))
+        r.heartbeat(hb(1, "leader", 1), None, t0).unwrap();
+        r.heartbeat(hb(2, "follower", 1), None, t0 + Duration::from_secs(100))
             .unwrap();
         let gone = r.expire(t0 + Duration::from_secs(121), Duration::from_secs(120));
         assert_eq!(gone, vec![("c".into(), "g".into(), 1)]);
@@ -328,14 +346,27 @@ mod tests {
     }
 
     #[test]
+    fn a_node_advertising_a_dns_name_unregisters_from_where_it_heartbeats() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        let mut named = hb(1, "leader", 1);
+        named.client_addr = "broker-a-0.broker-a:8081".into();
+        named.raft_addr = "broker-a-0.broker-a:9091".into();
+        assert!(validate(&named).is_ok());
+        r.heartbeat(named, Some(IpAddr::from([10, 1, 2, 3])), t0).unwrap();
+        assert!(r.unregister("c", "g", 1, Some(IpAddr::from([10, 9, 9, 9]))).is_err());
+        assert!(r.unregister("c", "g", 1, Some(IpAddr::from([10, 1, 2, 3]))).unwrap());
+    }
+
+    #[test]
     fn a_live_node_keeps_its_addresses_and_groups_are_bounded() {
         let mut r = Registry::default();
         let t0 = Instant::now();
-        r.heartbeat(hb(1, "leader", 1), t0).unwrap();
+        r.heartbeat(hb(1, "leader", 1), None, t0).unwrap();
         let mut moved = hb(1, "leader", 9);
         moved.client_addr = "10.9.9.9:8081".into();
         assert!(
-            r.heartbeat(moved.clone(), t0)
+            r.heartbeat(moved.clone(), None, t0)
                 .unwrap_err()
                 .to_string()
                 .contains("registered at")
@@ -343,12 +374,12 @@ mod tests {
         assert_eq!(r.leader(&key()), Some((1, 1)));
         // Once the old entry is gone, the node may come back elsewhere.
         r.expire(t0 + Duration::from_secs(200), Duration::from_secs(120));
-        r.heartbeat(moved, t0 + Duration::from_secs(200)).unwrap();
+        r.heartbeat(moved, None, t0 + Duration::from_secs(200)).unwrap();
         for n in 2..=MAX_NODES_PER_GROUP as u64 {
-            r.heartbeat(hb(n, "follower", 9), t0).unwrap();
+            r.heartbeat(hb(n, "follower", 9), None, t0).unwrap();
         }
         assert!(
-            r.heartbeat(hb(99, "leader", 99), t0).is_err(),
+            r.heartbeat(hb(99, "leader", 99), None, t0).is_err(),
             "past the nodes a group may have"
         );
     }

@@ -26,6 +26,7 @@ impl NamesrvService {
 #[tonic::async_trait]
 impl NameServer for NamesrvService {
     async fn heartbeat(&self, request: Request<pb::BrokerHeartbeat>) -> Result<Response<pb::HeartbeatReply>, Status> {
+        let from = request.remote_addr().map(|a| a.ip());
         let hb = request.into_inner();
         validate(&hb).map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.metrics.heartbeats.inc();
@@ -38,7 +39,7 @@ impl NameServer for NamesrvService {
         );
         let changed = self
             .registry()
-            .heartbeat(hb, Instant::now())
+            .heartbeat(hb, from, Instant::now())
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
         if changed {
             tracing::info!(%cluster, %group, node, %role, term, "broker state changed");
