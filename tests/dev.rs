@@ -22,22 +22,23 @@ fn base_port() -> u16 {
     1_000 + (std::process::id() % 20_000) as u16
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn dev_cluster_produce_consume_failover_and_stop() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = base_port();
-    let dev_err = dir.path().join("dev.stderr");
+/// Starts `raftmq dev` on `dir` (its stderr in `dir/dev.stderr`) and waits
+/// (90 s at most) for its `dev.json`, which it returns.
+fn start_dev(dir: &std::path::Path, base: u16, extra: &[&str]) -> (std::process::Child, serde_json::Value) {
+    let dev_err = dir.join("dev.stderr");
     let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
-        .args(["dev", "--dir"])
-        .arg(dir.path())
+        .arg("dev")
+        .args(extra)
+        .arg("--dir")
+        .arg(dir)
         .args(["--base-port", &base.to_string()])
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(std::fs::File::create(&dev_err).unwrap())
         .spawn()
         .unwrap();
-    let info_path = dir.path().join("dev.json");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let info_path = dir.join("dev.json");
+    let deadline = Instant::now() + Duration::from_secs(90);
     while !info_path.exists() {
         assert!(
             dev.try_wait().unwrap().is_none(),
@@ -47,7 +48,17 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
         assert!(Instant::now() < deadline, "dev.json never appeared");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&info_path).unwrap()).unwrap();
+    let info = serde_json::from_slice(&std::fs::read(&info_path).unwrap()).unwrap();
+    (dev, info)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dev_cluster_produce_consume_failover_and_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base_port();
+    let (mut dev, info) = start_dev(dir.path(), base, &[]);
+    let dev_err = dir.path().join("dev.stderr");
+    let info_path = dir.path().join("dev.json");
     let nodes = info["nodes"].as_array().unwrap().clone();
     assert_eq!(nodes.len(), 3);
     let access: Vec<String> = nodes
@@ -207,28 +218,7 @@ async fn dev_with_two_groups_spreads_the_test_topic() {
     let dir = tempfile::tempdir().unwrap();
     // Clear of the single-group test's ports (this one's reach 100 higher).
     let base = base_port() + 1000;
-    let dev_err = dir.path().join("dev.stderr");
-    let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
-        .args(["dev", "--groups", "2", "--dir"])
-        .arg(dir.path())
-        .args(["--base-port", &base.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&dev_err).unwrap())
-        .spawn()
-        .unwrap();
-    let info_path = dir.path().join("dev.json");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !info_path.exists() {
-        assert!(
-            dev.try_wait().unwrap().is_none(),
-            "raftmq dev exited early: {}",
-            std::fs::read_to_string(&dev_err).unwrap_or_default()
-        );
-        assert!(Instant::now() < deadline, "dev.json never appeared");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&info_path).unwrap()).unwrap();
+    let (mut dev, info) = start_dev(dir.path(), base, &["--groups", "2"]);
     let nodes = info["nodes"].as_array().unwrap().clone();
     let mut groups: Vec<(&str, u64)> = nodes
         .iter()

@@ -12,6 +12,7 @@ use raftmq::proto::pb;
 use raftmq::proto::pb::broker_client::BrokerClient;
 use tonic::transport::Channel;
 
+pub mod scenario;
 pub mod v2;
 
 /// A port nothing listens on, never the same twice in one test binary

@@ -512,6 +512,49 @@ def broker_of(receipt):
     return str(receipt.message_queue).split(".")[0]
 
 
+class Senders:
+    """Threads sending "<prefix><thread>-<n>" every 10 ms until stopped (at
+    most `limit` each). `acked` maps each acknowledged body to (broker
+    group, time acknowledged); `failed` lists the others."""
+
+    def __init__(self, producer, topic, prefix, threads=4, limit=20000):
+        self.acked, self.failed = {}, []
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.threads = [
+            threading.Thread(target=self.run, args=(producer, topic, "%s%d-" % (prefix, t), limit))
+            for t in range(threads)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def run(self, producer, topic, prefix, limit):
+        for i in range(limit):
+            if self.done.is_set():
+                return
+            body = prefix + str(i)
+            try:
+                r = producer.send(message(topic, body))
+                with self.lock:
+                    self.acked[body] = (broker_of(r), time.time())
+            except Exception as e:  # noqa: BLE001
+                with self.lock:
+                    self.failed.append(body)
+                log("send %s failed: %s" % (body, type(e).__name__))
+            time.sleep(0.01)
+
+    def stop(self):
+        self.done.set()
+        for t in self.threads:
+            t.join()
+
+
+def longest_gap(times):
+    """The longest pause between consecutive times (infinite for fewer than 2)."""
+    times = sorted(times)
+    return max((b - a for a, b in zip(times, times[1:])), default=float("inf"))
+
+
 def two_groups(args):
     """A topic with queues in two broker groups: sends land on queues of
     both, and every one is received. Then one group's leader is killed while
@@ -523,36 +566,15 @@ def two_groups(args):
     p.startup()
     c = SimpleConsumer(cfg, args.group, {topic: FilterExpression("*")}, await_duration=2)
     c.startup()
-    acked = {}  # body -> (broker group, time acknowledged)
-    failed = []
-    lock = threading.Lock()
     try:
+        acked = {}  # body -> (broker group, time acknowledged)
         for i in range(32):
             r = p.send(message(topic, "w%d" % i))
             acked["w%d" % i] = (broker_of(r), time.time())
         groups = sorted({g for g, _ in acked.values()})
         check(len(groups) == 2, "sends land on queues of both groups: %s" % groups)
 
-        stop = threading.Event()
-
-        def sender(t):
-            for i in range(400):
-                if stop.is_set():
-                    return
-                body = "t%d-%d" % (t, i)
-                try:
-                    r = p.send(message(topic, body))
-                    with lock:
-                        acked[body] = (broker_of(r), time.time())
-                except Exception as e:  # noqa: BLE001
-                    with lock:
-                        failed.append(body)
-                    log("send %s failed: %s" % (body, type(e).__name__))
-                time.sleep(0.01)
-
-        threads = [threading.Thread(target=sender, args=(t,)) for t in range(4)]
-        for t in threads:
-            t.start()
+        senders = Senders(p, topic, "t", limit=400)
         time.sleep(2)
         reply = ask_driver("kill-leader")
         killed_at = time.time()
@@ -560,19 +582,17 @@ def two_groups(args):
         check(victim in groups, "the driver killed the leader of group %s" % victim)
         other = [g for g in groups if g != victim][0]
         time.sleep(8)
-        stop.set()
-        for t in threads:
-            t.join()
-        with lock:
-            during = sorted(at for g, at in acked.values() if g == other and at >= killed_at - 0.5)
-            victim_acks = sorted(at for g, at in acked.values() if g == victim and at >= killed_at - 0.5)
-            after = [at for at in victim_acks if at > killed_at]
-        gaps = [b - a for a, b in zip(during, during[1:])]
-        longest = max(gaps, default=float("inf"))
+        senders.stop()
+        acked.update(senders.acked)
+        since = [(g, at) for g, at in acked.values() if at >= killed_at - 0.5]
+        during = [at for g, at in since if g == other]
+        longest = longest_gap(during)
         # How long the crashed group acknowledged nothing (its failover).
-        outage = max((b - a for a, b in zip(victim_acks, victim_acks[1:])), default=float("inf"))
+        outage = longest_gap([at for g, at in since if g == victim])
+        after = [at for g, at in since if g == victim and at > killed_at]
         log("acked %d, failed %d; group %s: %d acks after the kill, longest gap %.2f s; group %s: %d acks after, "
-            "longest gap %.2f s" % (len(acked), len(failed), other, len(during), longest, victim, len(after), outage))
+            "longest gap %.2f s" % (len(acked), len(senders.failed), other, len(during), longest, victim, len(after),
+                                    outage))
         check(len(during) > 20 and longest < 2.0,
               "group %s went on acknowledging while %s lost its leader (longest gap %.2f s)" % (other, victim, longest))
         check(after, "group %s acknowledges again after its new leader is elected" % victim)
@@ -580,7 +600,7 @@ def two_groups(args):
         got = drain(c, want, 90, invisible=30)
         bodies = {m.body.decode() for m in got}
         check(want <= bodies, "every acknowledged message is received (%d missing)" % len(want - bodies))
-        print(json.dumps({"acked": len(acked), "failed": len(failed), "longest_gap_s": round(longest, 3),
+        print(json.dumps({"acked": len(acked), "failed": len(senders.failed), "longest_gap_s": round(longest, 3),
                           "failover_gap_s": round(outage, 3)}), flush=True)
     finally:
         c.shutdown()
@@ -597,53 +617,28 @@ def rolling(args):
     p.startup()
     c = SimpleConsumer(cfg, args.group, {topic: FilterExpression("*")}, await_duration=2)
     c.startup()
-    acked, failed = {}, []
-    lock = threading.Lock()
-    stop = threading.Event()
     try:
-        def sender(t):
-            i = 0
-            while not stop.is_set() and i < 20000:
-                body = "r%d-%d" % (t, i)
-                i += 1
-                try:
-                    p.send(message(topic, body))
-                    with lock:
-                        acked[body] = time.time()
-                except Exception as e:  # noqa: BLE001
-                    with lock:
-                        failed.append(body)
-                    log("send %s failed: %s" % (body, type(e).__name__))
-                time.sleep(0.01)
-
-        threads = [threading.Thread(target=sender, args=(t,)) for t in range(4)]
-        for t in threads:
-            t.start()
+        senders = Senders(p, topic, "r")
         time.sleep(2)
         began = time.time()
         ask_driver("rolling-restart")
         ended = time.time()
         time.sleep(2)
-        stop.set()
-        for t in threads:
-            t.join()
-        with lock:
-            times = sorted(at for at in acked.values() if at >= began - 1)
-        gaps = [b - a for a, b in zip(times, times[1:])]
-        longest = max(gaps, default=float("inf"))
+        senders.stop()
+        acked = senders.acked
+        longest = longest_gap([at for _, at in acked.values() if at >= began - 1])
         log("rolling restart took %.1f s; acked %d, failed %d; longest gap between acks %.2f s"
-            % (ended - began, len(acked), len(failed), longest))
+            % (ended - began, len(acked), len(senders.failed), longest))
         check(longest < 2.0, "acknowledgements never paused 2 s during the rolling restart (%.2f s)" % longest)
         want = set(acked)
         got = drain(c, want, 90, invisible=30)
         bodies = {m.body.decode() for m in got}
         check(want <= bodies, "every acknowledged message is received (%d missing)" % len(want - bodies))
-        print(json.dumps({"acked": len(acked), "failed": len(failed), "longest_gap_s": round(longest, 3),
+        print(json.dumps({"acked": len(acked), "failed": len(senders.failed), "longest_gap_s": round(longest, 3),
                           "restart_s": round(ended - began, 1)}), flush=True)
     finally:
         c.shutdown()
         p.shutdown()
-
 
 def main():
     ap = argparse.ArgumentParser()

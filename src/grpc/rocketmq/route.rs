@@ -6,6 +6,17 @@
 //! channel moves to another, which forwards to the new leader: no route
 //! refresh needed.
 //!
+//! Clients built on grpc-js (the Node.js client) cannot open one channel
+//! over several addresses the same way: they join a group's `host:port`s
+//! with `,` into a single gRPC target, which grpc-js would resolve as one
+//! DNS name. For them ([`EndpointStyle::GrpcJsTarget`], told by grpc-js's
+//! `user-agent: grpc-node-js/..`, or `x-mq-language: NODE_JS`; the Node.js
+//! client 1.0.8 sends `HTTP` there) the first host carries gRPC's `ipv4:` (or
+//! `ipv6:`) scheme, so the joined target is `ipv4:leader:p,node2:p,node3:p`:
+//! a list grpc-js connects to in order, moving on when a node dies, which is
+//! the failover the other clients get. Groups advertising DNS names get the
+//! leader's address alone (a `dns:` target names one host).
+//!
 //! This node's own group comes from its replicated state (always current);
 //! other groups from the NameServers, when configured. A topic that does
 //! not exist yet is created on first use when `auto_create_topics` is on.
@@ -121,14 +132,60 @@ pub fn endpoints(addrs: &[String]) -> v2::Endpoints {
     }
 }
 
+/// How a client turns a group's endpoints into a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointStyle {
+    /// One channel over every address (the Java, Python, Go, Rust clients).
+    AllNodes,
+    /// The addresses joined with `,` into one grpc-js target.
+    GrpcJsTarget,
+}
+
+impl EndpointStyle {
+    /// The style the calling client needs: what its gRPC library is.
+    pub fn of(metadata: &tonic::metadata::MetadataMap) -> EndpointStyle {
+        let grpc_js = crate::grpc::header(metadata, "user-agent").contains("grpc-node-js/");
+        if grpc_js || crate::grpc::header(metadata, super::service::LANGUAGE).eq_ignore_ascii_case("NODE_JS") {
+            EndpointStyle::GrpcJsTarget
+        } else {
+            EndpointStyle::AllNodes
+        }
+    }
+}
+
+/// [`endpoints`] shaped for `style` (see the module doc).
+pub fn styled_endpoints(addrs: &[String], style: EndpointStyle) -> v2::Endpoints {
+    let mut e = endpoints(addrs);
+    if style == EndpointStyle::GrpcJsTarget {
+        let scheme = match v2::AddressScheme::try_from(e.scheme) {
+            Ok(v2::AddressScheme::IPv4) => Some("ipv4"),
+            Ok(v2::AddressScheme::IPv6) => Some("ipv6"),
+            _ => None,
+        };
+        let all_ips = e.addresses.iter().all(|a| a.host.parse::<IpAddr>().is_ok());
+        match scheme {
+            Some(scheme) if all_ips && e.addresses.len() > 1 => {
+                for a in &mut e.addresses {
+                    if scheme == "ipv6" {
+                        a.host = format!("[{}]", a.host);
+                    }
+                }
+                e.addresses[0].host = format!("{scheme}:{}", e.addresses[0].host);
+            }
+            _ => e.addresses.truncate(1),
+        }
+    }
+    e
+}
+
 /// Every queue of every group as v2 message queues.
-pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues]) -> Vec<v2::MessageQueue> {
+pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues], style: EndpointStyle) -> Vec<v2::MessageQueue> {
     let mut out = Vec::new();
     for g in groups {
         let broker = v2::Broker {
             name: g.group.clone(),
             id: 0,
-            endpoints: Some(endpoints(&g.endpoints)),
+            endpoints: Some(styled_endpoints(&g.endpoints, style)),
         };
         let accept: Vec<i32> = accepted_types(g.message_type).into_iter().map(|t| t as i32).collect();
         // Counts from other groups come from the NameServers: held to the
@@ -160,12 +217,13 @@ pub(super) async fn query_route(
     svc: &MessagingService,
     request: Request<v2::QueryRouteRequest>,
 ) -> Result<Response<v2::QueryRouteResponse>, Status> {
+    let style = EndpointStyle::of(request.metadata());
     let req = request.into_inner();
     let out = async {
         let name = topic_name(req.topic.as_ref())?;
         let groups = route_groups(svc, &name).await?;
         let topic = req.topic.clone().unwrap_or_default();
-        Ok::<_, BrokerError>(message_queues(&topic, &groups))
+        Ok::<_, BrokerError>(message_queues(&topic, &groups, style))
     }
     .await;
     Ok(Response::new(match out {
@@ -184,6 +242,7 @@ pub(super) async fn query_assignment(
     svc: &MessagingService,
     request: Request<v2::QueryAssignmentRequest>,
 ) -> Result<Response<v2::QueryAssignmentResponse>, Status> {
+    let style = EndpointStyle::of(request.metadata());
     let req = request.into_inner();
     let out = async {
         group_name(req.group.as_ref())?;
@@ -191,7 +250,7 @@ pub(super) async fn query_assignment(
         let groups = route_groups(svc, &name).await?;
         let topic = req.topic.clone().unwrap_or_default();
         Ok::<_, BrokerError>(
-            message_queues(&topic, &groups)
+            message_queues(&topic, &groups, style)
                 .into_iter()
                 .filter(|q| {
                     q.permission == v2::Permission::Read as i32 || q.permission == v2::Permission::ReadWrite as i32
@@ -281,7 +340,7 @@ mod tests {
             resource_namespace: String::new(),
             name: "T".into(),
         };
-        let q = message_queues(&topic, &[g]);
+        let q = message_queues(&topic, std::slice::from_ref(&g), EndpointStyle::AllNodes);
         assert_eq!(q.len(), 3);
         assert_eq!(q[0].permission, v2::Permission::ReadWrite as i32);
         assert_eq!(q[2].permission, v2::Permission::Write as i32);
@@ -294,6 +353,29 @@ mod tests {
         assert_eq!(
             endpoints(&["broker-1:80".into()]).scheme,
             v2::AddressScheme::DomainName as i32
+        );
+        // grpc-js joins host:port with ',': the first host names the scheme.
+        let js = |addrs: &[&str]| {
+            let addrs: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+            let e = styled_endpoints(&addrs, EndpointStyle::GrpcJsTarget);
+            e.addresses
+                .iter()
+                .map(|a| format!("{}:{}", a.host, a.port))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        assert_eq!(
+            js(&["127.0.0.1:8081", "127.0.0.1:8082"]),
+            "ipv4:127.0.0.1:8081,127.0.0.1:8082"
+        );
+        assert_eq!(js(&["[::1]:80", "[::2]:80"]), "ipv6:[::1]:80,[::2]:80");
+        assert_eq!(js(&["127.0.0.1:8081"]), "127.0.0.1:8081");
+        assert_eq!(js(&["b-0.b:8081", "b-1.b:8081"]), "b-0.b:8081");
+        let q = message_queues(&topic, &[g], EndpointStyle::GrpcJsTarget);
+        assert!(
+            q[0].broker.as_ref().unwrap().endpoints.as_ref().unwrap().addresses[0]
+                .host
+                .starts_with("ipv4:")
         );
     }
 }

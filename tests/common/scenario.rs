@@ -1,0 +1,193 @@
+//! The driver of the official clients' scenario scripts
+//! (`tests/python/compat.py`, `tests/node/compat.js`): a NameServer and
+//! broker groups of real processes, the admin commands a scenario needs,
+//! and the script's requests ("@@kill-leader", "@@rolling-restart")
+//! carried out while it runs.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Cluster, Namesrv, raftmq_cli};
+
+/// Starts one scenario of an official client's script: (scenario,
+/// endpoints, topic, consumer group) to the command, stdio left to the
+/// driver.
+pub type Runner = fn(&str, &str, &str, &str) -> Command;
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub namesrv: Namesrv,
+    /// The broker group `test`, the one scenarios may ask to crash.
+    pub cluster: Cluster,
+    /// Further groups (`test-2`..), each its own three processes.
+    pub others: Vec<Cluster>,
+    /// The client's name in log file names ("python", "node").
+    client: &'static str,
+    runner: Runner,
+}
+
+impl Env {
+    pub async fn start(client: &'static str, runner: Runner) -> Env {
+        Env::start_groups(client, runner, 1).await
+    }
+
+    /// A NameServer and `groups` broker groups of three nodes.
+    pub async fn start_groups(client: &'static str, runner: Runner, groups: usize) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let namesrv = Namesrv::start(dir.path(), "namesrv", 120_000);
+        // Transactions are checked back after 2 s, then every 2 s.
+        let extra = format!(
+            "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 500\nmax_delivery_attempts = 3\n\
+             min_invisible_ms = 1000\n[transaction]\ncheck_immunity_ms = 2000\ncheck_interval_ms = 2000\n",
+            namesrv.addr
+        );
+        let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
+        let mut others: Vec<Cluster> = (2..=groups)
+            .map(|g| {
+                let name = format!("test-{g}");
+                Cluster::start_group(&dir.path().join(&name), &name, 3, "async", &extra)
+            })
+            .collect();
+        cluster.leader().await;
+        for c in &mut others {
+            c.leader().await;
+        }
+        Env {
+            dir,
+            namesrv,
+            cluster,
+            others,
+            client,
+            runner,
+        }
+    }
+
+    /// Runs a raftmq admin command until it succeeds (the brokers may not
+    /// have registered with the NameServer yet).
+    pub fn admin(&self, args: &[&str]) {
+        let mut all = args.to_vec();
+        all.extend(["--namesrv", &self.namesrv.addr]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ok, out, err) = raftmq_cli(&all);
+            if ok {
+                eprint!("{out}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "raftmq {args:?} failed: {err}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `raftmq cluster rolling-restart` on group `test`, with this test as
+    /// the service manager: the CLI's `--exec` asks for a restart through a
+    /// file and waits; the test stops the node with SIGTERM, starts it
+    /// again and removes the file.
+    pub async fn rolling_restart(&mut self) {
+        let request = self.dir.path().join("restart-request");
+        let exec = format!(
+            "echo {{node}} > {0}.tmp && mv {0}.tmp {0} && while [ -e {0} ]; do sleep 0.05; done",
+            request.display()
+        );
+        let mut cli = Command::new(env!("CARGO_BIN_EXE_raftmq"))
+            .args([
+                "cluster",
+                "rolling-restart",
+                "--namesrv",
+                &self.namesrv.addr,
+                "--broker",
+                "test",
+            ])
+            .args(["--exec", &exec, "--timeout", "60s"])
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut restarted = Vec::new();
+        let status = loop {
+            if let Some(s) = cli.try_wait().unwrap() {
+                break s;
+            }
+            if let Ok(id) = std::fs::read_to_string(&request) {
+                let id: u64 = id.trim().parse().unwrap();
+                let stopped = self.cluster.stop(id);
+                assert!(stopped.success(), "node {id} stopped with {stopped}");
+                self.cluster.spawn(id);
+                restarted.push(id);
+                std::fs::remove_file(&request).unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(status.success(), "rolling-restart failed ({status})");
+        restarted.sort();
+        assert_eq!(restarted, [1, 2, 3], "every node restarted once");
+    }
+
+    /// Every node of every group as one access point list.
+    pub fn endpoints(&self) -> String {
+        std::iter::once(&self.cluster)
+            .chain(&self.others)
+            .flat_map(|c| &c.nodes)
+            .map(|n| n.client_addr.clone())
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// Runs one scenario; panics with its output if it fails.
+    pub async fn scenario(&mut self, name: &str, endpoints: &str, topic: &str, group: &str) -> String {
+        let log = self.dir.path().join(format!("{}-{name}.log", self.client));
+        let mut child = (self.runner)(name, endpoints, topic, group)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut output = String::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+        loop {
+            let line = match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(l)) => l,
+                Ok(None) => break,
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!(
+                        "scenario {name} timed out:\n{}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
+                }
+            };
+            match line.as_str() {
+                "@@kill-leader" => {
+                    let leader = self.cluster.leader().await;
+                    eprintln!("scenario {name}: killing leader node {leader}");
+                    self.cluster.kill(leader);
+                    writeln!(stdin, "killed node {leader} of {}", self.cluster.group).unwrap();
+                    stdin.flush().unwrap();
+                }
+                "@@rolling-restart" => {
+                    self.rolling_restart().await;
+                    writeln!(stdin, "restarted every node of {}", self.cluster.group).unwrap();
+                    stdin.flush().unwrap();
+                }
+                other => {
+                    output.push_str(other);
+                    output.push('\n');
+                }
+            }
+        }
+        let status = child.wait().unwrap();
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        eprintln!("--- scenario {name}:\n{log}");
+        assert!(status.success(), "scenario {name} failed ({status})");
+        output
+    }
+}
