@@ -43,6 +43,8 @@ pub struct ClientInfo {
     /// Consumer group, or producer group where the client names one.
     pub group: Option<String>,
     pub language: String,
+    /// The client library's version, as it reports it.
+    pub version: String,
     /// The address the id belongs to (none: a caller tonic could not name).
     pub peer: Option<IpAddr>,
     pub last_seen: Instant,
@@ -125,6 +127,7 @@ impl Clients {
         client_type: v2::ClientType,
         group: Option<String>,
         language: &str,
+        version: &str,
     ) -> Result<(), BrokerError> {
         validate_id(id)?;
         self.with(|m| {
@@ -143,7 +146,8 @@ impl Clients {
                         ClientInfo {
                             client_type,
                             group: None,
-                            language: language.chars().take(32).collect(),
+                            language: String::new(),
+                            version: String::new(),
                             peer,
                             last_seen: now,
                             telemetry: None,
@@ -156,6 +160,13 @@ impl Clients {
             // An expired entry that was not swept yet is taken over whole.
             e.peer = peer;
             e.last_seen = now;
+            // Bounded: both come from the client.
+            if !language.is_empty() {
+                e.language = language.chars().take(32).collect();
+            }
+            if !version.is_empty() {
+                e.version = version.chars().take(32).collect();
+            }
             if client_type != v2::ClientType::Unspecified {
                 e.client_type = client_type;
             }
@@ -217,6 +228,11 @@ impl Clients {
         })
     }
 
+    /// Every live client: (client id, info).
+    pub fn all(&self) -> Vec<(String, ClientInfo)> {
+        self.with(|m| m.iter().map(|(k, c)| (k.clone(), c.clone())).collect())
+    }
+
     /// Live clients of a group: (client id, info).
     pub fn of_group(&self, group: &str) -> Vec<(String, ClientInfo)> {
         self.with(|m| {
@@ -248,12 +264,20 @@ mod tests {
     fn tracks_groups_and_goodbyes() {
         let c = Clients::new(100);
         let a = ip(1);
-        c.seen("a", a, v2::ClientType::SimpleConsumer, Some("G".into()), "PYTHON")
-            .unwrap();
-        c.seen("b", a, v2::ClientType::Producer, None, "RUST").unwrap();
-        assert!(c.seen("", a, v2::ClientType::Producer, None, "RUST").is_err());
+        c.seen(
+            "a",
+            a,
+            v2::ClientType::SimpleConsumer,
+            Some("G".into()),
+            "PYTHON",
+            "1.0",
+        )
+        .unwrap();
+        c.seen("b", a, v2::ClientType::Producer, None, "RUST", "1.0").unwrap();
+        assert!(c.seen("", a, v2::ClientType::Producer, None, "RUST", "1.0").is_err());
         // A later heartbeat without a type or group keeps what was known.
-        c.seen("a", a, v2::ClientType::Unspecified, None, "PYTHON").unwrap();
+        c.seen("a", a, v2::ClientType::Unspecified, None, "PYTHON", "1.0")
+            .unwrap();
         let g = c.of_group("G");
         assert_eq!(g.len(), 1);
         assert_eq!(g[0].1.client_type, v2::ClientType::SimpleConsumer);
@@ -272,12 +296,15 @@ mod tests {
     #[test]
     fn an_id_belongs_to_its_address_and_the_table_is_bounded() {
         let c = Clients::new(2);
-        c.seen("a", ip(1), v2::ClientType::Producer, None, "JAVA").unwrap();
+        c.seen("a", ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .unwrap();
         c.publishes("a", ip(1), vec!["T".into()]).unwrap();
         let (tx, _rx) = mpsc::channel(1);
         c.attach("a", ip(1), 1, tx).unwrap();
         // Someone elsewhere cannot speak as "a", take its stream or remove it.
-        let e = c.seen("a", ip(2), v2::ClientType::Producer, None, "JAVA").unwrap_err();
+        let e = c
+            .seen("a", ip(2), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .unwrap_err();
         assert_eq!(e.v2_status().code, Code::Forbidden as i32);
         let (tx2, _rx2) = mpsc::channel(1);
         assert!(c.attach("a", ip(2), 2, tx2).is_err());
@@ -286,12 +313,19 @@ mod tests {
         assert_eq!(c.producers_of("T").len(), 1);
         // Bad ids, and more clients than the limit.
         for bad in ["x y", "\u{1}", &"x".repeat(MAX_CLIENT_ID_LEN + 1)] {
-            assert!(c.seen(bad, ip(1), v2::ClientType::Producer, None, "JAVA").is_err());
+            assert!(
+                c.seen(bad, ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+                    .is_err()
+            );
         }
-        c.seen("b", ip(1), v2::ClientType::Producer, None, "JAVA").unwrap();
-        let e = c.seen("c", ip(1), v2::ClientType::Producer, None, "JAVA").unwrap_err();
+        c.seen("b", ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .unwrap();
+        let e = c
+            .seen("c", ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .unwrap_err();
         assert_eq!(e.v2_status().code, Code::TooManyRequests as i32);
         c.remove("b", ip(1)).unwrap();
-        c.seen("c", ip(1), v2::ClientType::Producer, None, "JAVA").unwrap();
+        c.seen("c", ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .unwrap();
     }
 }

@@ -98,6 +98,18 @@ pub enum TopicCommand {
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
     },
+    /// The producers publishing to a topic, on every node they speak to.
+    Producers {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a topic's route: groups, queues, nodes and leaders.
     Route {
         /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
@@ -366,6 +378,9 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
                     .map_err(|s| anyhow::anyhow!("group {g}: {}", s.message()))?;
                 println!("topic {topic} deleted in group {g}");
             }
+        }
+        TopicCommand::Producers { namesrv, topic, json } => {
+            super::connections::producers(&namesrv, &topic, json).await?
         }
         TopicCommand::List { namesrv } => {
             let list = ask(&namesrv, |mut c| async move {

@@ -22,6 +22,19 @@ pub enum GroupCommand {
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
     },
+    /// The clients of a consumer group, on every node they speak to (client
+    /// id, type, language, version, address, last heartbeat).
+    Connections {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The consumer group.
+        #[arg(long)]
+        group: String,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// A consumer group's position in each queue: broker offset, consumer
     /// offset, lag, and messages in flight.
     Progress {
@@ -223,6 +236,9 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
                     );
                 }
             }
+        }
+        GroupCommand::Connections { namesrv, group, json } => {
+            super::connections::consumers(&namesrv, &group, json).await?
         }
         GroupCommand::Progress { namesrv, group, json } => {
             crate::broker::pop::validate_group(&group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;

@@ -8,6 +8,7 @@
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
 //! | [`bench`]   | `raftmq bench produce|consume|e2e`, with plots                  |
 //! | [`connect`] | how commands reach a cluster: NameServers, broker groups, channels |
+//! | [`connections`] | `raftmq group connections`, `topic producers`: clients per node |
 //! | [`admin`]   | `raftmq cluster ...`, `raftmq topic ...` via the NameServers     |
 //! | [`status`]  | `raftmq cluster status`: every node, live, with its last heartbeat |
 //! | [`rolling`] | `raftmq cluster rolling-restart`: one node at a time, leader last |
@@ -21,6 +22,7 @@
 pub mod admin;
 pub mod bench;
 pub mod connect;
+pub mod connections;
 pub mod dev;
 pub mod display;
 pub mod group;

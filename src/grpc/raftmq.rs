@@ -350,6 +350,38 @@ impl broker_server::Broker for BrokerService {
         Ok(Response::new(out))
     }
 
+    async fn list_clients(&self, request: Request<pb::ListClientsRequest>) -> Result<Response<pb::ClientList>, Status> {
+        let r = request.into_inner();
+        let now = std::time::Instant::now();
+        // The table is bounded (limits.max_clients): so is the answer.
+        let clients = self
+            .broker
+            .clients
+            .all()
+            .into_iter()
+            .filter(|(_, c)| r.group.is_empty() || c.group.as_deref() == Some(r.group.as_str()))
+            .filter(|(_, c)| r.topic.is_empty() || c.topics.contains(&r.topic))
+            .map(|(id, c)| pb::ClientEntry {
+                client_id: id,
+                client_type: match c.client_type {
+                    crate::proto::rocketmq::v2::ClientType::Unspecified => String::new(),
+                    t => t.as_str_name().to_string(),
+                },
+                group: c.group.unwrap_or_default(),
+                language: c.language,
+                version: c.version,
+                address: c.peer.map(|ip| ip.to_string()).unwrap_or_default(),
+                last_heartbeat_ms_ago: now.saturating_duration_since(c.last_seen).as_millis() as u64,
+                topics: c.topics,
+                telemetry: c.telemetry.is_some(),
+            })
+            .collect();
+        Ok(Response::new(pb::ClientList {
+            clients,
+            node_id: self.broker.node.id,
+        }))
+    }
+
     async fn ping(&self, request: Request<pb::PingRequest>) -> Result<Response<pb::PingResponse>, Status> {
         Ok(Response::new(pb::PingResponse {
             payload: request.into_inner().payload,

@@ -124,6 +124,30 @@ impl Env {
         assert_eq!(restarted, [1, 2, 3], "every node restarted once");
     }
 
+    /// Runs a connections command with `--json` and sums it up in one line:
+    /// `count=N types=.. languages=.. versions=..` (each sorted, distinct).
+    fn connections(&self, args: &[&str]) -> String {
+        let mut all = args.to_vec();
+        all.extend(["--json", "--namesrv", &self.namesrv.addr]);
+        let (ok, out, err) = raftmq_cli(&all);
+        assert!(ok, "raftmq {args:?} failed: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let conns = v["connections"].as_array().unwrap();
+        let distinct = |key: &str| {
+            let mut vals: Vec<&str> = conns.iter().filter_map(|c| c[key].as_str()).collect();
+            vals.sort();
+            vals.dedup();
+            vals.join(",")
+        };
+        format!(
+            "count={} types={} languages={} versions={}",
+            conns.len(),
+            distinct("client_type"),
+            distinct("language"),
+            distinct("version")
+        )
+    }
+
     /// Every node of every group as one access point list.
     pub fn endpoints(&self) -> String {
         std::iter::once(&self.cluster)
@@ -176,6 +200,19 @@ impl Env {
                 "@@rolling-restart" => {
                     self.rolling_restart().await;
                     writeln!(stdin, "restarted every node of {}", self.cluster.group).unwrap();
+                    stdin.flush().unwrap();
+                }
+                // "@@connections <group>" / "@@producers <topic>": what
+                // `raftmq group connections` / `topic producers` list.
+                other if other.starts_with("@@connections ") || other.starts_with("@@producers ") => {
+                    let (what, name) = other[2..].split_once(' ').unwrap();
+                    let args: &[&str] = if what == "connections" {
+                        &["group", "connections", "--group", name]
+                    } else {
+                        &["topic", "producers", "--topic", name]
+                    };
+                    let reply = self.connections(args);
+                    writeln!(stdin, "{reply}").unwrap();
                     stdin.flush().unwrap();
                 }
                 other => {

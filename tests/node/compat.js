@@ -94,6 +94,11 @@ async function simple(args) {
       sent.set(body, r.messageId);
     }
     const got = await drain(c, new Set(sent.keys()), 30000);
+    // mqadmin's consumerConnection / producerConnection, as raftmq lists them.
+    const consumers = await askDriver(`connections ${args.group}`);
+    check(/types=SIMPLE_CONSUMER languages=NODE_JS versions=1\.0\.8/.test(consumers), `the consumer is listed: ${consumers}`);
+    const producers = await askDriver(`producers ${args.topic}`);
+    check(/types=PRODUCER languages=NODE_JS/.test(producers), `the producer is listed: ${producers}`);
     const bodies = new Set(got.map(m => m.body.toString()));
     check([...sent.keys()].every(b => bodies.has(b)), 'every sent message received');
     const s3 = got.find(m => m.body.toString() === 's3');

@@ -33,6 +33,7 @@ pub(super) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Se
 /// Client id header of the official clients.
 pub(super) const CLIENT_ID: &str = "x-mq-client-id";
 pub(super) const LANGUAGE: &str = "x-mq-language";
+pub(super) const CLIENT_VERSION: &str = "x-mq-client-version";
 /// Time left before a client's deadline that a long poll keeps in reserve
 /// for the answer to travel back.
 const DEADLINE_RESERVE: Duration = Duration::from_millis(500);

@@ -22,6 +22,7 @@ pub(super) async fn heartbeat(
 ) -> Result<Response<v2::HeartbeatResponse>, Status> {
     let id = header(request.metadata(), CLIENT_ID).to_string();
     let language = header(request.metadata(), LANGUAGE).to_string();
+    let version = header(request.metadata(), CLIENT_VERSION).to_string();
     let peer = request.remote_addr().map(|a| a.ip());
     let req = request.into_inner();
     let group = req.group.map(|g| g.name);
@@ -30,7 +31,11 @@ pub(super) async fn heartbeat(
         Some(g) => pop::validate_group(g),
         None => Ok(()),
     }
-    .and_then(|()| svc.broker.clients.seen(&id, peer, client_type, group, &language));
+    .and_then(|()| {
+        svc.broker
+            .clients
+            .seen(&id, peer, client_type, group, &language, &version)
+    });
     Ok(Response::new(v2::HeartbeatResponse {
         status: Some(seen.map_or_else(|e| e.v2_status(), |()| ok())),
     }))
@@ -41,7 +46,8 @@ pub(super) async fn telemetry(
     request: Request<Streaming<v2::TelemetryCommand>>,
 ) -> Result<Response<ReceiverStream<Result<v2::TelemetryCommand, Status>>>, Status> {
     let id = header(request.metadata(), CLIENT_ID).to_string();
-    let language = header(request.metadata(), LANGUAGE).to_string();
+    let header_language = header(request.metadata(), LANGUAGE).to_string();
+    let header_version = header(request.metadata(), CLIENT_VERSION).to_string();
     let peer = request.remote_addr().map(|a| a.ip());
     // Refused before the stream opens: the client sees why at once.
     crate::broker::clients::validate_id(&id).map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -79,9 +85,20 @@ pub(super) async fn telemetry(
             };
             let config = group.as_deref().map(|g| broker.popper.group_or_default(g));
             let reply = crate::grpc::rocketmq::settings::effective(&s, &broker.cfg, config.as_ref());
+            // The settings' user agent names the library better than the
+            // header does (the Node.js client's header says HTTP).
+            let (language, version) = match &s.user_agent {
+                Some(ua) => (
+                    v2::Language::try_from(ua.language)
+                        .map(|l| l.as_str_name().to_string())
+                        .unwrap_or_else(|_| header_language.clone()),
+                    ua.version.clone(),
+                ),
+                None => (header_language.clone(), header_version.clone()),
+            };
             let clients = &broker.clients;
             let known = clients
-                .seen(&id, peer, client_type, group, &language)
+                .seen(&id, peer, client_type, group, &language, &version)
                 .and_then(|()| match published {
                     Some(topics) => clients.publishes(&id, peer, topics),
                     None => Ok(()),
