@@ -17,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::scenario::Env;
+use common::scenario::{Env, install_once};
 
 const CLIENT: &str = "rocketmq-client-nodejs@1.0.8";
 
@@ -27,17 +27,8 @@ fn node_modules() -> PathBuf {
     if let Ok(p) = std::env::var("RAFTMQ_NODE_MODULES") {
         return PathBuf::from(p);
     }
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let prefix = root.join("node-client");
-    let ready = prefix.join(".installed");
-    // One installer at a time (tests run in parallel threads).
-    let lock = std::fs::File::create(root.join("node-client.lock")).unwrap();
-    // SAFETY: flock on a file descriptor we own.
-    assert_eq!(
-        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
-        0
-    );
-    if !ready.exists() {
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-client");
+    install_once(&prefix, CLIENT, || {
         std::fs::create_dir_all(&prefix).unwrap();
         let ok = Command::new("npm")
             .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
@@ -49,8 +40,7 @@ fn node_modules() -> PathBuf {
             ok,
             "npm install {CLIENT} failed (are Node.js, npm and the registry there?)"
         );
-        std::fs::write(&ready, CLIENT).unwrap();
-    }
+    });
     prefix.join("node_modules")
 }
 

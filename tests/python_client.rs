@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::raftmq_cli;
-use common::scenario::Env;
+use common::scenario::{Env, install_once};
 
 const CLIENT: &str = "rocketmq-python-client==5.1.2";
 
@@ -24,18 +24,8 @@ fn python() -> PathBuf {
     if let Ok(p) = std::env::var("RAFTMQ_PYTHON") {
         return PathBuf::from(p);
     }
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let venv = root.join("python-venv");
-    let py = venv.join("bin/python");
-    let ready = venv.join(".installed");
-    // One installer at a time (tests run in parallel threads and binaries).
-    let lock = std::fs::File::create(root.join("python-venv.lock")).unwrap();
-    // SAFETY: flock on a file descriptor we own.
-    assert_eq!(
-        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
-        0
-    );
-    if !ready.exists() {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv");
+    install_once(&venv, CLIENT, || {
         let ok = Command::new("python3")
             .args(["-m", "venv"])
             .arg(&venv)
@@ -47,9 +37,8 @@ fn python() -> PathBuf {
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "pip install {CLIENT} failed (is PyPI reachable?)");
-        std::fs::write(&ready, CLIENT).unwrap();
-    }
-    py
+    });
+    venv.join("bin/python")
 }
 
 /// A scenario of `tests/python/compat.py`.

@@ -10,6 +10,24 @@ use std::time::{Duration, Instant};
 
 use super::{Cluster, Namesrv, raftmq_cli};
 
+/// Installs an official client into `dir` (under cargo's target tmp
+/// directory) unless an earlier test did: one installer at a time across
+/// test threads and binaries (a lock file beside `dir`), and `dir/.installed`
+/// written only once `install` succeeded.
+pub fn install_once(dir: &std::path::Path, what: &str, install: impl FnOnce()) {
+    let lock = std::fs::File::create(dir.with_extension("lock")).unwrap();
+    // SAFETY: flock on a file descriptor we own.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    let ready = dir.join(".installed");
+    if !ready.exists() {
+        install();
+        std::fs::write(&ready, what).unwrap();
+    }
+}
+
 /// Starts one scenario of an official client's script: (scenario,
 /// endpoints, topic, consumer group) to the command, stdio left to the
 /// driver.

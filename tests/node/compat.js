@@ -44,6 +44,25 @@ function message(topic, body, extra) {
   return { topic, body: Buffer.from(body), ...extra };
 }
 
+// Runs `body` with a started Producer of the topic and SimpleConsumer of
+// the group, shutting both down however it ends.
+async function withClients(args, body) {
+  const p = new Producer(options(args, { topic: args.topic }));
+  await p.startup();
+  const c = new SimpleConsumer(options(args, {
+    consumerGroup: args.group,
+    subscriptions: new Map([[args.topic, '*']]),
+    awaitDuration: 2000,
+  }));
+  await c.startup();
+  try {
+    await body(p, c);
+  } finally {
+    await c.shutdown();
+    await p.shutdown();
+  }
+}
+
 // Receives until every body in `want` arrived (or the deadline); returns the
 // messages received, in order. A failed receive fails the scenario unless
 // `tolerate` (right after a crash).
@@ -77,15 +96,7 @@ async function drain(consumer, want, deadlineMs, { invisibleMs = 15000, ack = tr
 // final, and a changed invisible duration brings a message back sooner
 // (with its delivery attempt counted).
 async function simple(args) {
-  const p = new Producer(options(args, { topic: args.topic }));
-  await p.startup();
-  const c = new SimpleConsumer(options(args, {
-    consumerGroup: args.group,
-    subscriptions: new Map([[args.topic, '*']]),
-    awaitDuration: 2000,
-  }));
-  await c.startup();
-  try {
+  await withClients(args, async (p, c) => {
     const sent = new Map();
     for (let i = 0; i < 20; i++) {
       const body = `s${i}`;
@@ -116,10 +127,7 @@ async function simple(args) {
     await c.ack(back);
     const none = await drain(c, new Set(['later']), 4000);
     check(none.length === 0, 'an acknowledged message is not delivered again');
-  } finally {
-    await c.shutdown();
-    await p.shutdown();
-  }
+  });
 }
 
 // PushConsumer: the listener gets every message; a failed one is retried.
@@ -160,15 +168,7 @@ async function push(args) {
 
 // FIFO: a FIFO group receives each message group's messages in send order.
 async function fifo(args) {
-  const p = new Producer(options(args, { topic: args.topic }));
-  await p.startup();
-  const c = new SimpleConsumer(options(args, {
-    consumerGroup: args.group,
-    subscriptions: new Map([[args.topic, '*']]),
-    awaitDuration: 2000,
-  }));
-  await c.startup();
-  try {
+  await withClients(args, async (p, c) => {
     const want = new Set();
     for (let i = 0; i < 10; i++) {
       for (const g of ['a', 'b', 'c']) {
@@ -181,23 +181,12 @@ async function fifo(args) {
       const order = got.filter(m => m.messageGroup === `order-${g}`).map(m => Number(m.body.toString().slice(1)));
       check(order.length === 10 && order.every((n, i) => n === i), `group order-${g} in send order: ${order}`);
     }
-  } finally {
-    await c.shutdown();
-    await p.shutdown();
-  }
+  });
 }
 
 // Sends through a leader crash: every acknowledged message is received.
 async function failover(args) {
-  const p = new Producer(options(args, { topic: args.topic }));
-  await p.startup();
-  const c = new SimpleConsumer(options(args, {
-    consumerGroup: args.group,
-    subscriptions: new Map([[args.topic, '*']]),
-    awaitDuration: 2000,
-  }));
-  await c.startup();
-  try {
+  await withClients(args, async (p, c) => {
     const acked = [];
     let failed = 0;
     for (let i = 0; i < 120; i++) {
@@ -220,10 +209,7 @@ async function failover(args) {
     const missing = acked.filter(b => !bodies.has(b));
     check(missing.length === 0, `every acknowledged message received after the crash (missing ${missing})`);
     process.stdout.write(`${JSON.stringify({ acked: acked.length, failed })}\n`);
-  } finally {
-    await c.shutdown();
-    await p.shutdown();
-  }
+  });
 }
 
 async function main() {
