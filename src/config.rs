@@ -18,11 +18,20 @@ pub enum ConfigError {
 /// Reads and parses a TOML config file (unknown keys are refused by the
 /// type's `deny_unknown_fields`).
 pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    parse_toml(path, &read_text(path)?)
+}
+
+/// A config file's text.
+pub fn read_text(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+    })
+}
+
+/// Parses config text read from `path` (named in errors).
+pub fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| ConfigError::Parse {
         path: path.to_path_buf(),
         message: e.to_string(),
     })

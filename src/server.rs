@@ -107,27 +107,17 @@ impl RunningBroker {
     /// closes the store.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         // A leader's planned stop: another node takes over first, while
-        // this one still serves (and forwards to it). Bounded as a whole: a
-        // stop must never hang on its peers.
-        let _ = tokio::time::timeout(HAND_OVER_WAIT, self.broker.node.hand_over(HAND_OVER_WAIT)).await;
+        // this one still serves (and forwards to it).
+        self.broker.node.hand_over(HAND_OVER_WAIT).await;
         let _ = self.stop.send(true);
         let _ = self.registration.await;
-        // Graceful: GOAWAY, then the open calls finish. A client's Telemetry
-        // stream never does by itself, so the drain is bounded and what is
-        // left is cut (the client reconnects to another node).
-        let mut server = self.server;
-        if tokio::time::timeout(DRAIN_WAIT, &mut server).await.is_err() {
-            tracing::info!("calls still open after {DRAIN_WAIT:?}; closing their connections");
-            server.abort();
-        }
+        // Ends within serve::DRAIN_WAIT, open Telemetry streams or not.
+        let _ = self.server.await;
         self.leader_watch.abort();
         self.broker.node.shutdown().await?;
         Ok(())
     }
 }
-
-/// How long a stopping node lets open calls finish.
-pub const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long a stopping leader waits for another node to take over.
 pub const HAND_OVER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);

@@ -17,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::scenario::{Env, install_once};
+use common::scenario::{Env, install_once, script_command};
 
 const CLIENT: &str = "rocketmq-client-nodejs@1.0.8";
 
@@ -46,19 +46,9 @@ fn node_modules() -> PathBuf {
 
 /// A scenario of `tests/node/compat.js`.
 fn compat(name: &str, endpoints: &str, topic: &str, group: &str) -> Command {
-    let mut c = Command::new("node");
-    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/compat.js"))
-        .args([name, "--endpoints", endpoints, "--topic", topic, "--group", group])
-        .env("NODE_PATH", node_modules());
+    let mut c = script_command("node", "tests/node/compat.js", [name, endpoints, topic, group]);
+    c.env("NODE_PATH", node_modules());
     c
-}
-
-/// A follower's client address: an access point that forwards what it
-/// cannot do itself, and outlives a leader crash.
-async fn follower(env: &mut Env) -> String {
-    let leader = env.cluster.leader().await;
-    let f = env.cluster.nodes.iter().find(|n| n.id != leader).unwrap();
-    f.client_addr.clone()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -77,7 +67,7 @@ async fn producer_simple_push_and_fifo_consumers() {
         "FIFO",
     ]);
     env.admin(&["group", "create", "--group", "Fifo", "--fifo"]);
-    let access = follower(&mut env).await;
+    let access = env.follower().await;
     env.scenario("simple", &access, "Normal", "Simple").await;
     env.scenario("push", &access, "Pushed", "Push").await;
     env.scenario("fifo", &access, "Ordered", "Fifo").await;
@@ -87,7 +77,7 @@ async fn producer_simple_push_and_fifo_consumers() {
 async fn acknowledged_messages_survive_a_leader_crash() {
     let mut env = Env::start("node", compat).await;
     env.admin(&["topic", "create", "--topic", "Failover", "--queues", "4"]);
-    let access = follower(&mut env).await;
+    let access = env.follower().await;
     let out = env.scenario("failover", &access, "Failover", "Survivor").await;
     eprintln!("{out}");
 }

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::raftmq_cli;
-use common::scenario::{Env, install_once};
+use common::scenario::{Env, install_once, script_command};
 
 const CLIENT: &str = "rocketmq-python-client==5.1.2";
 
@@ -43,10 +43,7 @@ fn python() -> PathBuf {
 
 /// A scenario of `tests/python/compat.py`.
 fn compat(name: &str, endpoints: &str, topic: &str, group: &str) -> Command {
-    let mut c = Command::new(python());
-    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/compat.py"))
-        .args([name, "--endpoints", endpoints, "--topic", topic, "--group", group]);
-    c
+    script_command(python(), "tests/python/compat.py", [name, endpoints, topic, group])
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -66,15 +63,7 @@ async fn producer_simple_fifo_and_push_consumers() {
     env.admin(&["group", "create", "--group", "Fifo", "--fifo"]);
     // A follower alone as the access point: everything it cannot do itself
     // it forwards to the leader.
-    let leader = env.cluster.leader().await;
-    let follower = env
-        .cluster
-        .nodes
-        .iter()
-        .find(|n| n.id != leader)
-        .unwrap()
-        .client_addr
-        .clone();
+    let follower = env.follower().await;
     env.scenario("simple", &follower, "Normal", "Simple").await;
     let all = env.endpoints();
     env.scenario("fifo", &all, "Ordered", "Fifo").await;

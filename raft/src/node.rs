@@ -351,8 +351,10 @@ impl RaftNode {
 
     /// Before a planned stop: when this node leads, hands leadership to the
     /// voter whose log matches the most of it among those that answered a
-    /// heartbeat lately, and waits up to `within` for the group to follow
-    /// someone else, so the stop costs the clients no election timeout.
+    /// heartbeat lately, and waits for the group to follow someone else, so
+    /// the stop costs the clients no election timeout. All of it, the
+    /// transfer call included, takes at most `within`: a stop never hangs
+    /// on its peers.
     /// Nothing happens when no other voter is answering (the last node of a
     /// group stopping). Returns the new leader, if one took over.
     pub async fn hand_over(&self, within: Duration) -> Option<NodeId> {
@@ -374,12 +376,12 @@ impl RaftNode {
             .filter(|v| *v != self.id && answering(v))
             .max_by_key(|v| replication.get(v).cloned().flatten().map(|l| l.index))?;
         tracing::info!(to, "stopping: handing leadership over");
-        if let Err(e) = self.raft.trigger().transfer_leader(to).await {
-            tracing::warn!(error = %e, "leadership hand-over");
-            return None;
-        }
         let mut metrics = self.raft.metrics();
         let moved = tokio::time::timeout(within, async {
+            if let Err(e) = self.raft.trigger().transfer_leader(to).await {
+                tracing::warn!(error = %e, "leadership hand-over");
+                return None;
+            }
             loop {
                 let leader = metrics.borrow_watched().current_leader;
                 if leader.is_some_and(|l| l != self.id) {

@@ -107,14 +107,30 @@ where
         },
     );
     tokio::spawn(async move {
+        let mut stopping = stop.clone();
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        if let Err(e) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
-            tracing::error!(error = %e, "{what} server failed");
+        let serve = router.serve_with_incoming_shutdown(incoming, shutdown);
+        // Graceful: GOAWAY, then the open calls finish. A client's
+        // Telemetry stream (or a long poll) never ends by itself, so the
+        // drain is bounded and what is left is dropped; clients reconnect
+        // to another node.
+        let drained = async move {
+            let _ = stopping.wait_for(|s| *s).await;
+            tokio::time::sleep(DRAIN_WAIT).await;
+        };
+        tokio::select! {
+            r = serve => if let Err(e) = r {
+                tracing::error!(error = %e, "{what} server failed");
+            },
+            _ = drained => tracing::info!("{what}: calls still open after {DRAIN_WAIT:?}; closing their connections"),
         }
     })
 }
+
+/// How long a stopping server lets open calls finish.
+pub const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// First and longest wait after a failed accept.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);

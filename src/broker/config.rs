@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::broker::identity::IdentityConfig;
 pub use crate::broker::limits::LimitsConfig;
-use crate::config::{ConfigError, read_toml};
+use crate::config::{ConfigError, parse_toml, read_text};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -269,7 +269,8 @@ mod defaults {
 
 impl BrokerConfig {
     pub fn load(path: &Path) -> Result<BrokerConfig, ConfigError> {
-        let mut table: toml::Table = read_toml(path)?;
+        let text = read_text(path)?;
+        let mut table: toml::Table = parse_toml(path, &text)?;
         let cfg: BrokerConfig = if table.contains_key("identity") {
             crate::hosts::load().map_err(ConfigError::Invalid)?;
             crate::broker::identity::apply(&mut table, &crate::broker::identity::host_name()?)?;
@@ -281,7 +282,7 @@ impl BrokerConfig {
             })?
         } else {
             // Parsed from the text itself: errors keep their line numbers.
-            read_toml(path)?
+            parse_toml(path, &text)?
         };
         cfg.validate()?;
         Ok(cfg)

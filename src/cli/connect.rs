@@ -19,6 +19,20 @@ pub fn channel(addr: &str) -> anyhow::Result<Channel> {
         .connect_lazy())
 }
 
+/// How long a node has to answer before it counts as unreachable.
+const NODE_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A node's own view of its group (`raftmq.v1.Broker/Status`), or `None`
+/// when it does not answer within [`NODE_STATUS_TIMEOUT`].
+pub async fn node_status(addr: &str) -> Option<pb::StatusResponse> {
+    let mut c = crate::proto::pb::broker_client::BrokerClient::new(channel(addr).ok()?);
+    let call = c.status(pb::StatusRequest { with_digest: false });
+    match tokio::time::timeout(NODE_STATUS_TIMEOUT, call).await {
+        Ok(Ok(s)) => Some(s.into_inner()),
+        _ => None,
+    }
+}
+
 /// Calls the first NameServer of the list that answers.
 pub async fn ask<T, F, Fut>(namesrv: &str, call: F) -> anyhow::Result<T>
 where

@@ -19,9 +19,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use tonic::transport::Channel;
 
-use super::connect::{channel, group_endpoints};
+use super::connect::{channel, group_endpoints, node_status};
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
 
@@ -49,18 +48,6 @@ struct Member {
     client_addr: String,
 }
 
-fn status_client(addr: &str) -> anyhow::Result<BrokerClient<Channel>> {
-    Ok(BrokerClient::new(channel(addr)?))
-}
-
-async fn status(addr: &str) -> anyhow::Result<pb::StatusResponse> {
-    Ok(status_client(addr)?
-        .status(pb::StatusRequest { with_digest: false })
-        .await
-        .map_err(|s| anyhow::anyhow!("{}", s.message()))?
-        .into_inner())
-}
-
 /// The group's voters (from a node's replicated membership) and its leader.
 async fn members(namesrv: &str, group: &str) -> anyhow::Result<(Vec<Member>, u64)> {
     let (_, addr) = group_endpoints(namesrv, Some(group))
@@ -68,9 +55,9 @@ async fn members(namesrv: &str, group: &str) -> anyhow::Result<(Vec<Member>, u64
         .into_iter()
         .next()
         .ok_or_else(|| anyhow::anyhow!("no broker group named {group}"))?;
-    let s = status(&addr)
+    let s = node_status(&addr)
         .await
-        .with_context(|| format!("group {group} at {addr}"))?;
+        .ok_or_else(|| anyhow::anyhow!("group {group}: its node at {addr} does not answer"))?;
     let leader = s
         .leader_id
         .ok_or_else(|| anyhow::anyhow!("group {group} has no leader now; restart nothing until it has"))?;
@@ -92,7 +79,7 @@ async fn wait_ready(m: &Member, within: Duration) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut target = None;
     loop {
-        if let Ok(s) = status(&m.client_addr).await
+        if let Some(s) = node_status(&m.client_addr).await
             && let Some(leader) = s.leader_id
         {
             let goal = match target {
@@ -103,7 +90,7 @@ async fn wait_ready(m: &Member, within: Duration) -> anyhow::Result<Duration> {
                     } else {
                         let addr = s.members.iter().find(|x| x.node_id == leader).map(|x| &x.client_addr);
                         match addr {
-                            Some(a) => status(a).await.ok().map(|l| l.commit_index),
+                            Some(a) => node_status(a).await.map(|l| l.commit_index),
                             None => None,
                         }
                     };
@@ -177,20 +164,20 @@ pub async fn run(a: RollingArgs) -> anyhow::Result<()> {
 async fn hand_over(members: &[Member], old: &Member) -> anyhow::Result<()> {
     let mut best: Option<(u64, &Member)> = None;
     for m in members.iter().filter(|m| m.id != old.id) {
-        if let Ok(s) = status(&m.client_addr).await
+        if let Some(s) = node_status(&m.client_addr).await
             && best.is_none_or(|(applied, _)| s.applied_index > applied)
         {
             best = Some((s.applied_index, m));
         }
     }
     let (_, to) = best.ok_or_else(|| anyhow::anyhow!("no follower answers; the leader is not restarted"))?;
-    status_client(&old.client_addr)?
+    BrokerClient::new(channel(&old.client_addr)?)
         .transfer_leader(pb::TransferLeaderToRequest { node_id: to.id })
         .await
         .map_err(|s| anyhow::anyhow!("moving leadership to node {}: {}", to.id, s.message()))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if status(&to.client_addr).await.is_ok_and(|s| s.role == "leader") {
+        if node_status(&to.client_addr).await.is_some_and(|s| s.role == "leader") {
             println!("node {}: leads now (was node {})", to.id, old.id);
             return Ok(());
         }

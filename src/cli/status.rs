@@ -3,17 +3,11 @@
 //! asked of the node at once) beside when the NameServer last heard from
 //! it, and each group's live leader named.
 
-use std::time::Duration;
-
 use serde::Serialize;
 
-use super::connect::{ask, channel};
+use super::connect::{ask, node_status};
 use super::display::{age, local_time};
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
-
-/// How long a node has to answer before it shows as unreachable.
-const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Serialize)]
 struct NodeJson {
@@ -42,22 +36,13 @@ struct NodeJson {
     is_group_leader: bool,
 }
 
-async fn ask_node(addr: &str) -> Option<pb::StatusResponse> {
-    let mut c = BrokerClient::new(channel(addr).ok()?);
-    let call = c.status(pb::StatusRequest { with_digest: false });
-    match tokio::time::timeout(ASK_TIMEOUT, call).await {
-        Ok(Ok(s)) => Some(s.into_inner()),
-        _ => None,
-    }
-}
-
 pub async fn run(namesrv: &str, json: bool) -> anyhow::Result<()> {
     let info = ask(namesrv, |mut c| async move {
         c.get_cluster_info(pb::ClusterInfoRequest {}).await
     })
     .await?;
     let now = crate::clock::now_ms();
-    let live = futures::future::join_all(info.nodes.iter().map(|n| ask_node(&n.client_addr))).await;
+    let live = futures::future::join_all(info.nodes.iter().map(|n| node_status(&n.client_addr))).await;
     let mut nodes: Vec<NodeJson> = info
         .nodes
         .into_iter()

@@ -28,6 +28,16 @@ pub fn install_once(dir: &std::path::Path, what: &str, install: impl FnOnce()) {
     }
 }
 
+/// `program script <scenario> --endpoints E --topic T --group G`: how both
+/// clients' scripts are run (`script` relative to the repository).
+pub fn script_command(program: impl AsRef<std::ffi::OsStr>, script: &str, args: [&str; 4]) -> Command {
+    let [name, endpoints, topic, group] = args;
+    let mut c = Command::new(program);
+    c.arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+        .args([name, "--endpoints", endpoints, "--topic", topic, "--group", group]);
+    c
+}
+
 /// Starts one scenario of an official client's script: (scenario,
 /// endpoints, topic, consumer group) to the command, stdio left to the
 /// driver.
@@ -164,6 +174,14 @@ impl Env {
             distinct("language"),
             distinct("version")
         )
+    }
+
+    /// A follower's client address in group `test`: an access point that
+    /// forwards what it cannot do itself, and outlives a leader crash.
+    pub async fn follower(&mut self) -> String {
+        let leader = self.cluster.leader().await;
+        let f = self.cluster.nodes.iter().find(|n| n.id != leader).unwrap();
+        f.client_addr.clone()
     }
 
     /// Every node of every group as one access point list.

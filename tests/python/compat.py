@@ -11,6 +11,7 @@ Usage: compat.py SCENARIO --endpoints HOST:PORT[;HOST:PORT...] [options]
 """
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
@@ -66,6 +67,22 @@ def check(cond, what):
     if not cond:
         raise AssertionError(what)
     log("ok:", what)
+
+
+@contextlib.contextmanager
+def producer_and_consumer(args):
+    """A started Producer of the topic and SimpleConsumer of the group, shut
+    down however the block ends."""
+    cfg = config(args)
+    p = Producer(cfg, (args.topic,))
+    p.startup()
+    c = SimpleConsumer(cfg, args.group, {args.topic: FilterExpression("*")}, await_duration=2)
+    c.startup()
+    try:
+        yield p, c
+    finally:
+        c.shutdown()
+        p.shutdown()
 
 
 def drain(consumer, want, deadline_s, invisible=15, ack=True):
@@ -560,13 +577,8 @@ def two_groups(args):
     both, and every one is received. Then one group's leader is killed while
     four threads send: nothing acknowledged is lost, and sends to the other
     group go on being acknowledged throughout."""
-    cfg = config(args)
     topic = args.topic
-    p = Producer(cfg, (topic,))
-    p.startup()
-    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression("*")}, await_duration=2)
-    c.startup()
-    try:
+    with producer_and_consumer(args) as (p, c):
         acked = {}  # body -> (broker group, time acknowledged)
         for i in range(32):
             r = p.send(message(topic, "w%d" % i))
@@ -602,22 +614,14 @@ def two_groups(args):
         check(want <= bodies, "every acknowledged message is received (%d missing)" % len(want - bodies))
         print(json.dumps({"acked": len(acked), "failed": len(senders.failed), "longest_gap_s": round(longest, 3),
                           "failover_gap_s": round(outage, 3)}), flush=True)
-    finally:
-        c.shutdown()
-        p.shutdown()
 
 
 def rolling(args):
     """Every node of the group restarted one at a time (followers first,
     the leader last, after leadership moved) while four threads send:
     nothing acknowledged is lost and acknowledgements never pause 2 s."""
-    cfg = config(args)
     topic = args.topic
-    p = Producer(cfg, (topic,))
-    p.startup()
-    c = SimpleConsumer(cfg, args.group, {topic: FilterExpression("*")}, await_duration=2)
-    c.startup()
-    try:
+    with producer_and_consumer(args) as (p, c):
         senders = Senders(p, topic, "r")
         time.sleep(2)
         began = time.time()
@@ -636,9 +640,6 @@ def rolling(args):
         check(want <= bodies, "every acknowledged message is received (%d missing)" % len(want - bodies))
         print(json.dumps({"acked": len(acked), "failed": len(senders.failed), "longest_gap_s": round(longest, 3),
                           "restart_s": round(ended - began, 1)}), flush=True)
-    finally:
-        c.shutdown()
-        p.shutdown()
 
 def main():
     ap = argparse.ArgumentParser()

@@ -156,24 +156,20 @@ impl EndpointStyle {
 /// [`endpoints`] shaped for `style` (see the module doc).
 pub fn styled_endpoints(addrs: &[String], style: EndpointStyle) -> v2::Endpoints {
     let mut e = endpoints(addrs);
-    if style == EndpointStyle::GrpcJsTarget {
-        let scheme = match v2::AddressScheme::try_from(e.scheme) {
-            Ok(v2::AddressScheme::IPv4) => Some("ipv4"),
-            Ok(v2::AddressScheme::IPv6) => Some("ipv6"),
-            _ => None,
-        };
-        let all_ips = e.addresses.iter().all(|a| a.host.parse::<IpAddr>().is_ok());
-        match scheme {
-            Some(scheme) if all_ips && e.addresses.len() > 1 => {
-                for a in &mut e.addresses {
-                    if scheme == "ipv6" {
-                        a.host = format!("[{}]", a.host);
-                    }
-                }
-                e.addresses[0].host = format!("{scheme}:{}", e.addresses[0].host);
+    if style == EndpointStyle::AllNodes || e.addresses.len() < 2 {
+        return e;
+    }
+    let ips: Option<Vec<IpAddr>> = e.addresses.iter().map(|a| a.host.parse().ok()).collect();
+    match ips.as_deref() {
+        Some(ips) if ips.iter().all(IpAddr::is_ipv4) => e.addresses[0].host.insert_str(0, "ipv4:"),
+        Some(ips) if ips.iter().all(IpAddr::is_ipv6) => {
+            for a in &mut e.addresses {
+                a.host = format!("[{}]", a.host);
             }
-            _ => e.addresses.truncate(1),
+            e.addresses[0].host.insert_str(0, "ipv6:");
         }
+        // A `dns:` target names one host: the leader's.
+        _ => e.addresses.truncate(1),
     }
     e
 }
