@@ -46,19 +46,45 @@ async fn lag_sends_raft_and_store_metrics() {
     assert_eq!(got.len(), M);
 
     let s = scrape(&cluster.node(leader).metrics_addr);
+    let g = ["consumer_group=\"G\"", "topic=\"M\""];
+    // RocketMQ 5's names and definitions: everything not consumed is lag,
+    // none of it was delivered, so all of it is ready.
+    assert_eq!(sum_of(&s, "rocketmq_consumer_lag_messages", &g), (N - M) as f64);
+    assert_eq!(sum_of(&s, "rocketmq_consumer_ready_messages", &g), (N - M) as f64);
+    assert_eq!(sum_of(&s, "rocketmq_consumer_inflight_messages", &g), 0.0);
+    assert!(sum_of(&s, "rocketmq_consumer_lag_latency", &g) > 0.0);
+    let normal = ["topic=\"M\"", "message_type=\"normal\""];
+    assert_eq!(sum_of(&s, "rocketmq_messages_in_total", &normal), N as f64);
+    assert_eq!(sum_of(&s, "rocketmq_throughput_in_total", &normal), 50.0);
+    assert_eq!(sum_of(&s, "rocketmq_message_size_count", &normal), N as f64);
+    assert_eq!(sum_of(&s, "rocketmq_message_size_bucket", &["le=\"1024.0\""]), N as f64);
+    assert_eq!(sum_of(&s, "rocketmq_messages_out_total", &g), M as f64);
+    assert!(sum_of(&s, "rocketmq_throughput_out_total", &g) >= M as f64);
     assert_eq!(
-        sum_of(&s, "raftmq_consumer_lag", &["group=\"G\"", "topic=\"M\""]),
-        (N - M) as f64
+        sum_of(
+            &s,
+            "rocketmq_rpc_latency_count",
+            &["request_code=\"SendMessage\"", "response_code=\"OK\""]
+        ),
+        N as f64
     );
-    assert_eq!(sum_of(&s, "raftmq_consumer_inflight", &["group=\"G\""]), 0.0);
-    assert_eq!(sum_of(&s, "raftmq_messages_sent_total", &["topic=\"M\""]), N as f64);
-    assert_eq!(sum_of(&s, "raftmq_bytes_sent_total", &["topic=\"M\""]), 50.0);
+    assert!(sum_of(&s, "rocketmq_rpc_latency_count", &["request_code=\"ReceiveMessage\""]) >= 1.0);
+    assert!(sum_of(&s, "rocketmq_storage_size", &[]) > 0.0);
+    assert_eq!(sum_of(&s, "rocketmq_topic_number", &[]), 1.0);
+    assert_eq!(sum_of(&s, "rocketmq_consumer_group_number", &[]), 1.0);
+    let node_labels = ["cluster=\"", "node_type=\"broker\"", "node_id=\""];
+    assert!(s.iter().all(|(n, _)| node_labels.iter().all(|l| n.contains(l))));
     assert_eq!(sum_of(&s, "raftmq_send_latency_seconds_count", &[]), N as f64);
     assert!(sum_of(&s, "raftmq_receive_latency_seconds_count", &[]) >= 1.0);
     assert_eq!(sum_of(&s, "raftmq_raft_role", &["role=\"leader\""]), 1.0);
     assert!(sum_of(&s, "raftmq_raft_term", &[]) >= 1.0);
     assert!(sum_of(&s, "raftmq_raft_applied_index", &[]) >= N as f64);
-    assert!(sum_of(&s, "raftmq_store_bytes", &[]) > 0.0);
+    // The leader sees both followers' replication; both are caught up soon.
+    let followers: Vec<_> = s
+        .iter()
+        .filter(|(n, _)| n.starts_with("raftmq_raft_replication_lag_entries{"))
+        .collect();
+    assert_eq!(followers.len(), 2, "{followers:?}");
     assert!(
         sum_of(&s, "raftmq_flush_latency_seconds_count", &[]) >= 1.0,
         "sync mode msyncs"
@@ -71,7 +97,11 @@ async fn lag_sends_raft_and_store_metrics() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let s = scrape(&cluster.node(follower).metrics_addr);
-        if sum_of(&s, "raftmq_consumer_lag", &["group=\"G\""]) == (N - M) as f64 {
+        if sum_of(&s, "rocketmq_consumer_lag_messages", &["consumer_group=\"G\""]) == (N - M) as f64 {
+            assert!(
+                !s.iter()
+                    .any(|(n, _)| n.starts_with("raftmq_raft_replication_lag_entries"))
+            );
             assert_eq!(sum_of(&s, "raftmq_raft_role", &["role=\"follower\""]), 1.0);
             break;
         }

@@ -421,8 +421,9 @@ pub async fn scrape(addr: &str, timeout: Duration) -> Option<NodeMetrics> {
                 m.applied_index = v;
                 seen_applied = true;
             }
-            "raftmq_timers_pending" => m.timers_pending = v,
-            "raftmq_transactions_pending" => m.transactions_pending = v,
+            "rocketmq_timing_messages" => m.timers_pending += v,
+            // One series per topic.
+            "rocketmq_half_messages" => m.transactions_pending += v,
             "raftmq_raft_role" if v == 1 => {
                 if let Some(role) = name.split("role=\"").nth(1).and_then(|r| r.split('"').next()) {
                     m.role = role.to_string();

@@ -59,7 +59,7 @@ use crate::broker::clients::Clients;
 use crate::broker::config::BrokerConfig;
 use crate::broker::flow_control::FlowControl;
 use crate::broker::long_polls::LongPolls;
-use crate::broker::metrics::{BrokerMetrics, TopicLabels};
+use crate::broker::metrics::{self as metric, BrokerMetrics, NodeIdentity};
 use crate::broker::pop::{GroupDefaults, Popper};
 use crate::error::BrokerError;
 use crate::proto::pb::broker_client::BrokerClient;
@@ -77,7 +77,7 @@ pub struct Broker {
     /// Pop-style consumption (runs on the leader).
     pub popper: Popper,
     /// The client-protocol clients that use this node.
-    pub clients: Clients,
+    pub clients: Arc<Clients>,
     /// Receives waiting on this node.
     pub long_polls: LongPolls,
     pub flow_control: FlowControl,
@@ -93,6 +93,12 @@ pub struct Broker {
 
 impl Broker {
     pub fn new(node: Arc<RaftNode>, cfg: BrokerConfig) -> Broker {
+        let clients = Arc::new(Clients::new(cfg.limits.max_clients));
+        let identity = NodeIdentity {
+            cluster: &cfg.cluster,
+            group: &cfg.group,
+        };
+        let metrics = Arc::new(BrokerMetrics::new(node.clone(), identity, clients.clone()));
         let popper = Popper::new(
             node.clone(),
             GroupDefaults {
@@ -100,6 +106,7 @@ impl Broker {
                 max_delivery_attempts: cfg.max_delivery_attempts,
             },
             cfg.limits.clone(),
+            metrics.send_to_dlq.clone(),
         );
         Broker {
             batcher: Batcher::start(
@@ -109,10 +116,10 @@ impl Broker {
                 Duration::from_millis(cfg.limits.max_send_queue_wait_ms),
             ),
             popper,
-            clients: Clients::new(cfg.limits.max_clients),
+            clients,
             long_polls: LongPolls::new(cfg.limits.max_long_polls, cfg.limits.max_long_polls_per_client),
             flow_control: FlowControl::new(cfg.limits.max_requests_per_client_per_s, cfg.limits.max_clients),
-            metrics: Arc::new(BrokerMetrics::new(node.clone(), &cfg.group)),
+            metrics,
             node,
             peers: Mutex::new(HashMap::new()),
             scans: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS)),
@@ -274,7 +281,14 @@ impl Broker {
         messages: Vec<Message>,
     ) -> Result<(u64, u32), BrokerError> {
         self.check_send(topic, queue_id, &messages)?;
-        let bytes: u64 = messages.iter().map(|m| m.body.len() as u64).sum();
+        // What the metrics count once the batch is stored.
+        let counted: Vec<(&'static str, usize)> = messages
+            .iter()
+            .map(|m| {
+                let fifo = m.properties.iter().any(|(k, _)| k == crate::proto::v2_message::P_GROUP);
+                (if fifo { metric::FIFO } else { metric::NORMAL }, m.body.len())
+            })
+            .collect();
         let batch = SendBatch {
             topic: topic.to_string(),
             queue_id,
@@ -296,14 +310,9 @@ impl Broker {
                 first_queue_offset,
                 count,
             } => {
-                let labels = TopicLabels {
-                    topic: topic.to_string(),
-                };
-                self.metrics
-                    .sent_messages
-                    .get_or_create(&labels)
-                    .inc_by(u64::from(count));
-                self.metrics.sent_bytes.get_or_create(&labels).inc_by(bytes);
+                for (message_type, bytes) in counted {
+                    self.metrics.message_in(topic, message_type, bytes);
+                }
                 self.metrics.send_latency.observe(started.elapsed().as_secs_f64());
                 Ok((first_queue_offset, count))
             }

@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use raftmq_raft::command::{AdminCommand, Response, SendBatch, TopicConfig};
 use raftmq_raft::consumption::{self, FreshRange, GroupConfig, PopPlan, Popped, QueueState, Receipt};
 use raftmq_raft::message::MessageView;
@@ -27,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::broker::limits::LimitsConfig;
 use crate::broker::limits::ResponseBudget;
+use crate::broker::metrics::ConsumeLabels;
 use crate::broker::{receipt, seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
@@ -94,6 +97,8 @@ pub struct Popper {
     limits: LimitsConfig,
     /// One planning lock per (group, topic).
     locks: Mutex<HashMap<(String, String), PlanningLock>>,
+    /// `rocketmq_send_to_dlq_messages_total`.
+    dead_lettered: Family<ConsumeLabels, Counter>,
 }
 
 /// What a group created on first use gets.
@@ -113,12 +118,18 @@ struct Planned {
 }
 
 impl Popper {
-    pub fn new(node: Arc<RaftNode>, defaults: GroupDefaults, limits: LimitsConfig) -> Popper {
+    pub fn new(
+        node: Arc<RaftNode>,
+        defaults: GroupDefaults,
+        limits: LimitsConfig,
+        dead_lettered: Family<ConsumeLabels, Counter>,
+    ) -> Popper {
         Popper {
             node,
             defaults,
             limits,
             locks: Mutex::new(HashMap::new()),
+            dead_lettered,
         }
     }
 
@@ -527,6 +538,12 @@ impl Popper {
             Response::Sent(o) => match o.first() {
                 Some(raftmq_raft::BatchOutcome::Appended { .. }) => {
                     tracing::info!(group, topic, queue = r.queue_id, offset = r.offset, "moved to {dlq}");
+                    self.dead_lettered
+                        .get_or_create(&ConsumeLabels {
+                            topic: topic.to_string(),
+                            consumer_group: group.to_string(),
+                        })
+                        .inc();
                     Ok(true)
                 }
                 Some(raftmq_raft::BatchOutcome::Rejected(why)) if self.in_flight(group, topic, r) => {

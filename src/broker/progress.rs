@@ -1,7 +1,7 @@
 //! Where each consumer group is in each queue: the queue's end, the group's
 //! consumed offset, its lag and what it has in flight. Computed from a
 //! node's applied state, so every node of a group can answer. Used by
-//! `raftmq group progress` and the `consumer_lag` metric.
+//! `raftmq group progress` and the consumer metrics.
 //!
 //! A pop consumer's offset is the first offset not yet done (acknowledged,
 //! dead-lettered or filtered out); once it consumes a topic, every queue of
@@ -20,6 +20,9 @@ pub struct QueueProgress {
     pub queue: u32,
     pub broker_offset: u64,
     pub consumer_offset: u64,
+    /// The first offset never delivered to the group (RocketMQ's "pulled"
+    /// offset); the consumed offset where the group commits offsets itself.
+    pub pulled_offset: u64,
     pub inflight: u32,
 }
 
@@ -42,9 +45,9 @@ pub fn progress(node: &RaftNode, only: Option<&str>) -> Vec<QueueProgress> {
                 let count = md.topics.get(topic).map_or(0, |t| t.read_queues);
                 let ids: BTreeSet<u32> = (0..count).chain(queues.keys().copied()).collect();
                 for q in ids {
-                    let (consumer_offset, inflight) = match queues.get(&q) {
-                        Some(st) => (st.done_below(), st.inflight.len() as u32),
-                        None => (start(topic, q), 0),
+                    let (consumer_offset, pulled_offset, inflight) = match queues.get(&q) {
+                        Some(st) => (st.done_below(), st.next, st.inflight.len() as u32),
+                        None => (start(topic, q), start(topic, q), 0),
                     };
                     out.push(QueueProgress {
                         group: group.clone(),
@@ -52,6 +55,7 @@ pub fn progress(node: &RaftNode, only: Option<&str>) -> Vec<QueueProgress> {
                         queue: q,
                         broker_offset: end(topic, q),
                         consumer_offset,
+                        pulled_offset,
                         inflight,
                     });
                 }
@@ -72,6 +76,7 @@ pub fn progress(node: &RaftNode, only: Option<&str>) -> Vec<QueueProgress> {
                             queue: *q,
                             broker_offset: end(topic, *q),
                             consumer_offset: *offset,
+                            pulled_offset: *offset,
                             inflight: 0,
                         });
                     }

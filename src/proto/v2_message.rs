@@ -19,7 +19,8 @@ use crate::proto::rocketmq::v2::Code;
 
 /// Property names starting with this are the broker's.
 pub const RESERVED_PREFIX: &str = "__rmq.";
-const P_GROUP: &str = "__rmq.group";
+/// A FIFO message's message group (the official clients' `messageGroup`).
+pub const P_GROUP: &str = "__rmq.group";
 const P_TYPE: &str = "__rmq.type";
 const P_BORN_HOST: &str = "__rmq.born_host";
 const P_TRACE: &str = "__rmq.trace";

@@ -12,6 +12,7 @@ use raftmq::proto::pb;
 use raftmq::proto::pb::broker_client::BrokerClient;
 use tonic::transport::Channel;
 
+pub mod dev;
 pub mod scenario;
 pub mod v2;
 

@@ -14,6 +14,7 @@ use raftmq_raft::{BatchOutcome, Message, RaftNode};
 use crate::broker::Broker;
 use crate::broker::batcher::write_bounded;
 use crate::broker::internal_topic;
+use crate::broker::metrics::{self, TopicLabels};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::proto::pb;
@@ -47,6 +48,15 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
         .collect();
     broker.check_send(system_topic, 0, &messages)?;
     let n = messages.len() as u32;
+    // Counted under their real topics, once stored.
+    let counted: Vec<(String, usize)> = messages
+        .iter()
+        .map(|m| {
+            let topic = m.properties.iter().find(|(k, _)| k == held::P_REAL_TOPIC);
+            (topic.map(|(_, t)| t.clone()).unwrap_or_default(), m.body.len())
+        })
+        .collect();
+    let timed = system_topic == held::TIMER_TOPIC;
     let batch = SendBatch {
         topic: system_topic.to_string(),
         queue_id: 0,
@@ -54,12 +64,21 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
     };
     let placed = broker.batcher.send_placed(batch).await?;
     match placed.outcome {
-        BatchOutcome::Appended { .. } => Ok((0..n)
-            .map(|k| HeldId {
-                index: placed.index,
-                ordinal: placed.first_ordinal + k,
-            })
-            .collect()),
+        BatchOutcome::Appended { .. } => {
+            let message_type = if timed { metrics::DELAY } else { metrics::TRANSACTION };
+            for (topic, bytes) in counted {
+                broker.metrics.message_in(&topic, message_type, bytes);
+                if timed {
+                    broker.metrics.timer_enqueue.get_or_create(&TopicLabels { topic }).inc();
+                }
+            }
+            Ok((0..n)
+                .map(|k| HeldId {
+                    index: placed.index,
+                    ordinal: placed.first_ordinal + k,
+                })
+                .collect())
+        }
         BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
     }
 }

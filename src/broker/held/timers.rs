@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use crate::broker::batcher::Batcher;
 use crate::broker::held::{self, Release};
+use crate::broker::metrics::TopicLabels;
 use crate::broker::seal::{self, Seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
@@ -261,9 +262,12 @@ pub async fn release_due(broker: &Broker, skipped: &mut HashSet<TimerKey>) -> Re
             continue;
         }
         let n = keys.len();
+        let topics: Vec<String> = releases.iter().map(|r| r.topic.clone()).collect();
         if held::release(node, &AdminCommand::ReleaseTimers { keys }, releases).await? {
             delivered += n;
-            broker.metrics.timers_released.inc_by(n as u64);
+            for topic in topics {
+                broker.metrics.timer_dequeue.get_or_create(&TopicLabels { topic }).inc();
+            }
         } else {
             // A recall (or a topic change) came first; the next round
             // reads the set again.

@@ -28,7 +28,6 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::broker::held;
-use crate::broker::metrics::OutcomeLabels;
 use crate::broker::seal::{self, Seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
@@ -96,15 +95,16 @@ pub async fn end(
     let id = parse_transaction_id(&seal, topic, message_id, transaction_id).ok_or_else(invalid)?;
     // A new leader may not have applied everything committed yet.
     broker.node.linearizable().await?;
-    let pending = broker.node.sm.with_metadata(|m| {
+    let stored_ms = broker.node.sm.with_metadata(|m| {
         m.held
             .halves
             .get(&id)
-            .is_some_and(|h| h.topic == topic && h.message_id == message_id)
+            .filter(|h| h.topic == topic && h.message_id == message_id)
+            .map(|h| h.stored_ms)
     });
-    if !pending {
+    let Some(stored_ms) = stored_ms else {
         return Err(invalid());
-    }
+    };
     let node = &broker.node;
     let source = if from_check { "check-back" } else { "producer" };
     let outcome = match resolution {
@@ -141,9 +141,7 @@ pub async fn end(
     };
     broker
         .metrics
-        .transactions
-        .get_or_create(&OutcomeLabels { outcome })
-        .inc();
+        .transaction_ended(topic, outcome == "commit", now_ms().saturating_sub(stored_ms));
     tracing::debug!(topic, message_id, source, outcome, "transaction ended");
     Ok(())
 }
@@ -279,11 +277,7 @@ pub async fn check_due(broker: &Broker) -> Result<usize, BrokerError> {
                 checks,
                 "discarded a half message: its transaction was not resolved"
             );
-            broker
-                .metrics
-                .transactions
-                .get_or_create(&OutcomeLabels { outcome: "discarded" })
-                .inc();
+            broker.metrics.transactions_discarded.inc();
         }
     }
     if due.is_empty() {

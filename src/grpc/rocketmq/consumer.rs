@@ -22,7 +22,7 @@ use crate::proto::v2_message::{self, Delivery, from_duration, ok, status};
 pub(super) async fn receive_message(
     svc: &MessagingService,
     request: Request<v2::ReceiveMessageRequest>,
-) -> Result<Response<BoxStream<v2::ReceiveMessageResponse>>, Status> {
+) -> Vec<v2::ReceiveMessageResponse> {
     let client_deadline = grpc_timeout(request.metadata());
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
     // Held while the receive waits, here and (forwarded) on the leader.
@@ -37,13 +37,12 @@ pub(super) async fn receive_message(
         }
         Err(e) => Err(e),
     };
-    let items = match out {
+    match out {
         Ok(items) => items,
         Err(e) => vec![v2::ReceiveMessageResponse {
             content: Some(v2::receive_message_response::Content::Status(e.v2_status())),
         }],
-    };
-    Ok(Response::new(stream_of(items)))
+    }
 }
 
 pub(super) async fn ack_message(
@@ -235,6 +234,7 @@ async fn receive_local(
         })),
     });
     let host = svc.broker.client_addr();
+    let (mut count, mut body_bytes) = (0, 0);
     for d in delivered {
         let Ok((view, _)) = MessageView::parse(&d.bytes) else {
             tracing::error!(
@@ -258,9 +258,14 @@ async fn receive_local(
                 invisible: Some(invisible),
             },
         );
+        count += 1;
+        body_bytes += view.body.len();
         out.push(v2::ReceiveMessageResponse {
             content: Some(v2::receive_message_response::Content::Message(m)),
         });
+    }
+    if count > 0 {
+        svc.broker.metrics.messages_out(&topic, &r.group, count, body_bytes);
     }
     out.push(v2::ReceiveMessageResponse {
         content: Some(v2::receive_message_response::Content::DeliveryTimestamp(

@@ -25,8 +25,8 @@ mod service;
 mod session;
 pub mod settings;
 
-use service::BoxStream;
 pub use service::MessagingService;
+use service::{BoxStream, stream_of};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -40,111 +40,89 @@ impl Service for MessagingService {
     type TelemetryStream = ReceiverStream<Result<v2::TelemetryCommand, Status>>;
 
     async fn query_route(&self, r: Request<v2::QueryRouteRequest>) -> Result<Response<v2::QueryRouteResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        route::query_route(self, r).await
+        self.answer("QueryRoute", r, |r| route::query_route(self, r)).await
     }
 
     async fn heartbeat(&self, r: Request<v2::HeartbeatRequest>) -> Result<Response<v2::HeartbeatResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        session::heartbeat(self, r).await
+        self.answer("Heartbeat", r, |r| session::heartbeat(self, r)).await
     }
 
     async fn send_message(
         &self,
         r: Request<v2::SendMessageRequest>,
     ) -> Result<Response<v2::SendMessageResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        producer::send_message(self, r).await
+        self.answer("SendMessage", r, |r| producer::send_message(self, r)).await
     }
 
     async fn query_assignment(
         &self,
         r: Request<v2::QueryAssignmentRequest>,
     ) -> Result<Response<v2::QueryAssignmentResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        route::query_assignment(self, r).await
+        self.answer("QueryAssignment", r, |r| route::query_assignment(self, r))
+            .await
     }
 
     async fn receive_message(
         &self,
         r: Request<v2::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        consumer::receive_message(self, r).await
+        self.answer("ReceiveMessage", r, |r| async move {
+            Ok(Response::new(consumer::receive_message(self, r).await))
+        })
+        .await
+        .map(|r| r.map(stream_of))
     }
 
     async fn ack_message(&self, r: Request<v2::AckMessageRequest>) -> Result<Response<v2::AckMessageResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        consumer::ack_message(self, r).await
+        self.answer("AckMessage", r, |r| consumer::ack_message(self, r)).await
     }
 
     async fn forward_message_to_dead_letter_queue(
         &self,
         r: Request<v2::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<v2::ForwardMessageToDeadLetterQueueResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        consumer::forward_message_to_dead_letter_queue(self, r).await
+        self.answer("ForwardMessageToDeadLetterQueue", r, |r| {
+            consumer::forward_message_to_dead_letter_queue(self, r)
+        })
+        .await
     }
 
     async fn pull_message(
         &self,
         r: Request<v2::PullMessageRequest>,
     ) -> Result<Response<Self::PullMessageStream>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        offsets::pull_message(self, r).await
+        self.answer("PullMessage", r, |r| async move {
+            Ok(Response::new(offsets::pull_message(self, r).await))
+        })
+        .await
+        .map(|r| r.map(stream_of))
     }
 
     async fn update_offset(
         &self,
         r: Request<v2::UpdateOffsetRequest>,
     ) -> Result<Response<v2::UpdateOffsetResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        offsets::update_offset(self, r).await
+        self.answer("UpdateOffset", r, |r| offsets::update_offset(self, r))
+            .await
     }
 
     async fn get_offset(&self, r: Request<v2::GetOffsetRequest>) -> Result<Response<v2::GetOffsetResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        offsets::get_offset(self, r).await
+        self.answer("GetOffset", r, |r| offsets::get_offset(self, r)).await
     }
 
     async fn query_offset(
         &self,
         r: Request<v2::QueryOffsetRequest>,
     ) -> Result<Response<v2::QueryOffsetResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        offsets::query_offset(self, r).await
+        self.answer("QueryOffset", r, |r| offsets::query_offset(self, r)).await
     }
 
     async fn end_transaction(
         &self,
         r: Request<v2::EndTransactionRequest>,
     ) -> Result<Response<v2::EndTransactionResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        producer::end_transaction(self, r).await
+        self.answer("EndTransaction", r, |r| producer::end_transaction(self, r))
+            .await
     }
 
     async fn telemetry(
@@ -158,39 +136,35 @@ impl Service for MessagingService {
         &self,
         r: Request<v2::NotifyClientTerminationRequest>,
     ) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        session::notify_client_termination(self, r).await
+        self.answer("NotifyClientTermination", r, |r| {
+            session::notify_client_termination(self, r)
+        })
+        .await
     }
 
     async fn change_invisible_duration(
         &self,
         r: Request<v2::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<v2::ChangeInvisibleDurationResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        consumer::change_invisible_duration(self, r).await
+        self.answer("ChangeInvisibleDuration", r, |r| {
+            consumer::change_invisible_duration(self, r)
+        })
+        .await
     }
 
     async fn recall_message(
         &self,
         r: Request<v2::RecallMessageRequest>,
     ) -> Result<Response<v2::RecallMessageResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        producer::recall_message(self, r).await
+        self.answer("RecallMessage", r, |r| producer::recall_message(self, r))
+            .await
     }
 
     async fn sync_lite_subscription(
         &self,
         r: Request<v2::SyncLiteSubscriptionRequest>,
     ) -> Result<Response<v2::SyncLiteSubscriptionResponse>, Status> {
-        if let Some(refused) = self.refuse(&r) {
-            return Ok(refused);
-        }
-        session::sync_lite_subscription(self, r).await
+        self.answer("SyncLiteSubscription", r, |r| session::sync_lite_subscription(self, r))
+            .await
     }
 }

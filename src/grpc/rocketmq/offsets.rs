@@ -21,20 +21,19 @@ use crate::proto::v2_message::{self, Delivery, from_duration, ok, status};
 pub(super) async fn pull_message(
     svc: &MessagingService,
     request: Request<v2::PullMessageRequest>,
-) -> Result<Response<BoxStream<v2::PullMessageResponse>>, Status> {
+) -> Vec<v2::PullMessageResponse> {
     let client_deadline = grpc_timeout(request.metadata());
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
     let pulled = match svc.broker.long_polls.acquire(&client) {
         Ok(_slot) => pull_local(svc, request.into_inner(), client_deadline).await,
         Err(e) => Err(e),
     };
-    let items = match pulled {
+    match pulled {
         Ok(items) => items,
         Err(e) => vec![v2::PullMessageResponse {
             content: Some(v2::pull_message_response::Content::Status(e.v2_status())),
         }],
-    };
-    Ok(Response::new(stream_of(items)))
+    }
 }
 
 pub(super) async fn update_offset(
@@ -156,7 +155,7 @@ async fn pull_local(
     req: v2::PullMessageRequest,
     client_deadline: Option<Duration>,
 ) -> Result<Vec<v2::PullMessageResponse>, BrokerError> {
-    group_name(req.group.as_ref())?;
+    let group = group_name(req.group.as_ref())?;
     let q = QueueRef::of(req.message_queue.as_ref())?;
     let filter = Filter::of_v2(req.filter_expression.as_ref())?;
     let queue_id = q.queue_id()?;
@@ -190,6 +189,7 @@ async fn pull_local(
         let start = offset.max(min);
         let mut next = start;
         let mut out = Vec::new();
+        let mut body_bytes = 0;
         let mut budget = ResponseBudget::new(svc.broker.cfg.limits.max_response_bytes);
         while next < max && (out.len() as u64) < batch && next - start < 1024 {
             let q = next;
@@ -206,10 +206,14 @@ async fn pull_local(
             };
             if filter.may_match(unit.tag_hash) && filter.matches(&view) {
                 budget.take(bytes.len());
+                body_bytes += view.body.len();
                 out.push(pulled(&view, &topic, &namespace, queue_id, q, &host));
             }
         }
         if !out.is_empty() || next > start || Instant::now() >= deadline {
+            if !out.is_empty() {
+                svc.broker.metrics.messages_out(&topic, &group, out.len(), body_bytes);
+            }
             let mut items = vec![v2::PullMessageResponse {
                 content: Some(v2::pull_message_response::Content::Status(if out.is_empty() {
                     status(Code::MessageNotFound, "no new message")

@@ -145,7 +145,7 @@ async fn send_local(
             .message
             .properties
             .iter()
-            .find(|(k, _)| k == "__rmq.group")
+            .find(|(k, _)| k == v2_message::P_GROUP)
             .map(|(_, v)| v.clone());
         let queue = match group {
             Some(g) => (tag_hash(&g) % u64::from(topic.write_queues)) as u32,

@@ -13,7 +13,7 @@ use futures::Stream;
 use raftmq_raft::consumption::Receipt;
 use tokio::time::Instant;
 use tonic::transport::Channel;
-use tonic::{Request, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::broker::Broker;
 use crate::broker::pop::{self, MAX_INVISIBLE};
@@ -40,32 +40,47 @@ const DEADLINE_RESERVE: Duration = Duration::from_millis(500);
 /// Longest long poll, whatever the client asks for.
 const MAX_LONG_POLL: Duration = Duration::from_secs(60);
 
-/// A response that can carry a refusal in its v2 status.
-pub(super) trait Refusable {
+/// A response that carries its outcome in a v2 status: it can carry a
+/// refusal, and says its code (for `rocketmq_rpc_latency`).
+pub(super) trait Answer {
     fn refused(status: v2::Status) -> Self;
+    /// The v2 code the answer carries (OK when it carries none).
+    fn code(&self) -> i32;
 }
 
-macro_rules! refusable {
+macro_rules! answer {
     ($($t:ty),* $(,)?) => {
-        $(impl Refusable for $t {
+        $(impl Answer for $t {
             // Some responses have nothing but their status.
             #[allow(clippy::needless_update)]
             fn refused(status: v2::Status) -> Self {
                 Self { status: Some(status), ..Default::default() }
             }
+
+            fn code(&self) -> i32 {
+                self.status.as_ref().map_or(Code::Ok as i32, |s| s.code)
+            }
         })*
     };
 }
 
-/// A response stream whose first item can carry a refusal.
+/// An item of a response stream whose first item carries the status.
 pub(super) trait StatusItem {
     fn status(status: v2::Status) -> Self;
+    fn code(&self) -> Option<i32>;
 }
 
 impl StatusItem for v2::ReceiveMessageResponse {
     fn status(status: v2::Status) -> Self {
         v2::ReceiveMessageResponse {
             content: Some(v2::receive_message_response::Content::Status(status)),
+        }
+    }
+
+    fn code(&self) -> Option<i32> {
+        match &self.content {
+            Some(v2::receive_message_response::Content::Status(s)) => Some(s.code),
+            _ => None,
         }
     }
 }
@@ -76,15 +91,27 @@ impl StatusItem for v2::PullMessageResponse {
             content: Some(v2::pull_message_response::Content::Status(status)),
         }
     }
-}
 
-impl<T: StatusItem + Send + 'static> Refusable for BoxStream<T> {
-    fn refused(status: v2::Status) -> Self {
-        stream_of(vec![T::status(status)])
+    fn code(&self) -> Option<i32> {
+        match &self.content {
+            Some(v2::pull_message_response::Content::Status(s)) => Some(s.code),
+            _ => None,
+        }
     }
 }
 
-refusable!(
+/// A streamed answer, before it is streamed.
+impl<T: StatusItem> Answer for Vec<T> {
+    fn refused(status: v2::Status) -> Self {
+        vec![T::status(status)]
+    }
+
+    fn code(&self) -> i32 {
+        self.first().and_then(T::code).unwrap_or(Code::Ok as i32)
+    }
+}
+
+answer!(
     v2::QueryRouteResponse,
     v2::HeartbeatResponse,
     v2::SendMessageResponse,
@@ -138,11 +165,31 @@ impl MessagingService {
         }
     }
 
-    /// The answer to a request flow control refuses (`None`: go on).
-    pub(super) fn refuse<Q, T: Refusable>(&self, r: &Request<Q>) -> Option<tonic::Response<T>> {
-        self.admit(r)
-            .err()
-            .map(|e| tonic::Response::new(T::refused(e.v2_status())))
+    /// Answers `r` with `handler`, unless flow control refuses it, and
+    /// times the answer as `rpc` (its name in the protocol) with its code.
+    pub(super) async fn answer<Q, T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        r: Request<Q>,
+        handler: F,
+    ) -> Result<Response<T>, Status>
+    where
+        T: Answer,
+        F: FnOnce(Request<Q>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let started = std::time::Instant::now();
+        let out = match self.admit(&r) {
+            Ok(()) => handler(r).await,
+            Err(e) => Ok(Response::new(T::refused(e.v2_status()))),
+        };
+        let code = match &out {
+            Ok(answer) => Code::try_from(answer.get_ref().code()).map_or("UNKNOWN", |c| c.as_str_name()),
+            // Not understood at all: no v2 code.
+            Err(_) => "GRPC_ERROR",
+        };
+        self.broker.metrics.rpc(rpc, code, started);
+        out
     }
 
     /// Runs `local` here when this node leads, or forwards the request to

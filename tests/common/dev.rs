@@ -1,0 +1,42 @@
+//! `raftmq dev` started the way a newcomer starts it, for the tests that
+//! drive a whole dev cluster (tests/dev.rs, tests/monitoring.rs).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A base port for `raftmq dev`: every port it lays out (base + 8081 up to
+/// base + 9976, 1000 more for the two-group test) stays below the kernel's
+/// ephemeral range (32768..), where any outgoing connection may hold one.
+pub fn base_port() -> u16 {
+    1_000 + (std::process::id() % 20_000) as u16
+}
+
+/// Starts `raftmq dev` on `dir` (its stderr in `dir/dev.stderr`) and waits
+/// (90 s at most) for its `dev.json`, which it returns.
+pub fn start_dev(dir: &std::path::Path, base: u16, extra: &[&str]) -> (std::process::Child, serde_json::Value) {
+    let dev_err = dir.join("dev.stderr");
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
+        .arg("dev")
+        .args(extra)
+        .arg("--dir")
+        .arg(dir)
+        .args(["--base-port", &base.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&dev_err).unwrap())
+        .spawn()
+        .unwrap();
+    let info_path = dir.join("dev.json");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !info_path.exists() {
+        assert!(
+            dev.try_wait().unwrap().is_none(),
+            "raftmq dev exited early: {}",
+            std::fs::read_to_string(&dev_err).unwrap_or_default()
+        );
+        assert!(Instant::now() < deadline, "dev.json never appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info = serde_json::from_slice(&std::fs::read(&info_path).unwrap()).unwrap();
+    (dev, info)
+}
