@@ -18,8 +18,8 @@ use prometheus_client::encoding::DescriptorEncoder;
 use raftmq_raft::RaftNode;
 use raftmq_raft::message::MessageView;
 
-use super::ConsumeLabels;
-use super::node::gauges;
+use super::gauges::gauges;
+use super::labels::ConsumeLabels;
 use crate::clock::now_ms;
 
 #[derive(Default)]

@@ -20,20 +20,25 @@
 //! | this file     | what is counted as it happens, and the registry               |
 //! | [`node`]      | read at each scrape: Raft, storage, held messages, clients    |
 //! | [`consumers`] | read at each scrape: each consumer group's backlog per topic  |
+//! | [`labels`]    | the label sets of the counted families                        |
+//! | [`gauges`]    | writing scrape-time gauges                                    |
 
 mod consumers;
+mod gauges;
+mod labels;
 mod node;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use openraft::async_runtime::WatchReceiver;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use raftmq_raft::RaftNode;
+
+pub use labels::{ConsumeLabels, MessageLabels, RpcLabels, TopicLabels};
 
 use crate::broker::clients::Clients;
 
@@ -59,32 +64,6 @@ const FINISH_LATENCY_BUCKETS_MS: [f64; 8] = [
     1_800_000.0,
     3_600_000.0,
 ];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TopicLabels {
-    pub topic: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MessageLabels {
-    pub topic: String,
-    pub message_type: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConsumeLabels {
-    pub topic: String,
-    pub consumer_group: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RpcLabels {
-    pub protocol_type: &'static str,
-    /// The RPC, as the protocol names it (`SendMessage`).
-    pub request_code: &'static str,
-    /// The answer's code (`OK`, `MESSAGE_NOT_FOUND`...).
-    pub response_code: &'static str,
-}
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 

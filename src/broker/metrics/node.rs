@@ -7,13 +7,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use openraft::async_runtime::WatchReceiver;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::gauge::ConstGauge;
 use raftmq_raft::RaftNode;
 use raftmq_store::retention::DiskProbe;
 
-use super::TopicLabels;
+use super::gauges::{gauge, gauges};
+use super::labels::TopicLabels;
 use crate::broker::clients::Clients;
 use crate::proto::rocketmq::v2::ClientType;
 
@@ -44,25 +44,6 @@ struct ConsumerLabels {
     language: String,
     version: String,
     consume_mode: &'static str,
-}
-
-/// One gauge without labels.
-pub(super) fn gauge<N: EncodeGaugeValue>(e: &mut DescriptorEncoder, name: &str, help: &str, v: N) -> fmt::Result {
-    ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
-}
-
-/// A gauge per label set.
-pub(super) fn gauges<L: EncodeLabelSet, N: EncodeGaugeValue + Copy>(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    items: impl IntoIterator<Item = (L, N)>,
-) -> fmt::Result {
-    let mut f = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (l, v) in items {
-        ConstGauge::new(v).encode(f.encode_family(&l)?)?;
-    }
-    Ok(())
 }
 
 /// `raftmq_*` at scrape time.
