@@ -205,6 +205,122 @@ async fn admin_commands_against_a_real_cluster() {
     let out = ok(&["group", "progress", "--namesrv", n, "--group", "Readers"]);
     assert!(out.contains("total lag: 6"), "{out}");
 
+    // mqadmin's daily commands: every group's progress at once, a copy of
+    // a group's offsets, skipping a backlog, deleting a group.
+    let lag_of = |group: &str| -> u64 {
+        let out = ok(&["group", "progress", "--namesrv", n, "--json", "--interval", "0"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let g = v["groups"].as_array().unwrap().iter().find(|g| g["group"] == group);
+        g.map_or(u64::MAX, |g| g["lag"].as_u64().unwrap())
+    };
+    assert_eq!(lag_of("Readers"), 6);
+    let out = ok(&[
+        "group",
+        "clone-offsets",
+        "--namesrv",
+        n,
+        "--from",
+        "Readers",
+        "--to",
+        "Copy",
+        "--topic",
+        "Cli",
+    ]);
+    assert!(out.contains("Copy now continues where Readers is"), "{out}");
+    assert_eq!(lag_of("Copy"), 6);
+    ok(&[
+        "group",
+        "skip-backlog",
+        "--namesrv",
+        n,
+        "--group",
+        "Readers",
+        "--topic",
+        "Cli",
+    ]);
+    assert_eq!(lag_of("Readers"), 0);
+    assert_eq!(lag_of("Copy"), 6, "a copy moves on its own");
+    let out = ok(&["group", "progress", "--namesrv", n]);
+    assert!(
+        out.contains("Readers") && out.contains("Copy") && out.contains("msgs/s"),
+        "{out}"
+    );
+    let out = ok(&["group", "delete", "--namesrv", n, "--group", "Copy"]);
+    assert!(out.contains("deleted consumer group Copy"), "{out}");
+    assert_eq!(lag_of("Copy"), u64::MAX, "a deleted group has no progress");
+    refused(
+        &["group", "delete", "--namesrv", n, "--group", "Copy"],
+        "no such consumer group: Copy",
+    );
+    refused(
+        &[
+            "group",
+            "clone-offsets",
+            "--namesrv",
+            n,
+            "--from",
+            "Nobody",
+            "--to",
+            "X",
+            "--topic",
+            "Cli",
+        ],
+        "Nobody has no offsets in topic Cli",
+    );
+
+    // Topic status, and a message by queue and offset.
+    let out = ok(&["topic", "status", "--namesrv", n, "--topic", "Cli", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let queues = v["queues"].as_array().unwrap();
+    let kept: u64 = queues
+        .iter()
+        .map(|q| q["max_offset"].as_u64().unwrap() - q["min_offset"].as_u64().unwrap())
+        .sum();
+    assert_eq!(kept, 6, "{out}");
+    let full = queues.iter().find(|q| q["max_offset"].as_u64().unwrap() > 0).unwrap();
+    assert!(full["last_store_ms"].as_u64().unwrap() > 0, "{out}");
+    assert!(
+        queues.iter().all(|q| q["max_offset"] != 0 || q["last_store_ms"] == 0),
+        "{out}"
+    );
+    let q = full["queue"].to_string();
+    let end = full["max_offset"].to_string();
+    let out = ok(&[
+        "message",
+        "at",
+        "--namesrv",
+        n,
+        "--topic",
+        "Cli",
+        "--queue",
+        &q,
+        "--offset",
+        "0",
+    ]);
+    assert!(
+        out.contains(&format!("queue {q} offset 0")) && out.contains("order-7"),
+        "{out}"
+    );
+    refused(
+        &[
+            "message",
+            "at",
+            "--namesrv",
+            n,
+            "--topic",
+            "Cli",
+            "--queue",
+            &q,
+            "--offset",
+            &end,
+        ],
+        "no message at offset",
+    );
+    refused(
+        &["topic", "status", "--namesrv", n, "--topic", "NoSuchTopic"],
+        "no such topic: NoSuchTopic",
+    );
+
     // Queries by id and by key.
     let out = ok(&["message", "get", "--namesrv", n, "--topic", "Cli", "--id", &first_id]);
     assert!(out.contains(&first_id) && out.contains("message 0"), "{out}");

@@ -10,6 +10,7 @@
 //! | [`receipt`]        | receipt handles                                              |
 //! | [`seal`]           | MACs on the tokens clients hold, keyed by the group's secret |
 //! | [`progress`]       | consumer groups' offsets, lag and in-flight counts per queue |
+//! | [`group_admin`]    | moving a consumer group's offsets (time, offsets, end), deleting it |
 //! | [`held`]           | timed and transactional messages: stored, then released      |
 //! | [`internal_topic`] | topics the broker creates for itself (dead-letter, system)   |
 //! | [`read`]           | reads of applied state: a queue, by id, key or store time    |
@@ -28,6 +29,7 @@ pub mod batcher;
 pub mod clients;
 pub mod config;
 pub mod flow_control;
+pub mod group_admin;
 pub mod health;
 pub mod held;
 pub mod identity;
@@ -427,30 +429,6 @@ impl Broker {
                 .map_err(|e| raftmq_store::StoreError::BadArgument(e.to_string()))
         })
         .map_err(|e| BrokerError::Internal(e.to_string()))
-    }
-
-    /// Moves `group` in every queue of `topic` to the first message stored at
-    /// or after `ts_ms`, for pop and offset-based consumption alike. Runs on
-    /// the leader.
-    pub async fn reset_offset_local(&self, group: &str, topic: &str, ts_ms: u64) -> Result<(), BrokerError> {
-        crate::broker::pop::validate_group(group)?;
-        let t = self
-            .node
-            .sm
-            .topic(topic)
-            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
-        for q in 0..t.read_queues {
-            let offset = self.offset_for_timestamp(topic, q, ts_ms)?;
-            let reset = AdminCommand::ResetConsumption {
-                group: group.to_string(),
-                topic: topic.to_string(),
-                queue_id: q,
-                offset,
-            };
-            self.node.write(raftmq_raft::Command::admin(&reset)).await?;
-            self.commit_offset_local(group, topic, q, offset).await?;
-        }
-        Ok(())
     }
 
     pub async fn delete_topic_local(&self, name: &str) -> Result<(), BrokerError> {

@@ -38,7 +38,47 @@ pub struct ReadBatch {
     pub max_offset: u64,
 }
 
+/// One queue of a topic as this node holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStatus {
+    pub queue: u32,
+    /// The oldest offset kept.
+    pub min_offset: u64,
+    /// The offset the next message gets.
+    pub max_offset: u64,
+    /// When the queue's last message was stored (0: none is kept).
+    pub last_store_ms: u64,
+}
+
 impl Broker {
+    /// Each queue of `topic`: its offsets and its last message's store time.
+    pub fn topic_status(&self, topic: &str) -> Result<Vec<QueueStatus>, BrokerError> {
+        let t = self
+            .node
+            .sm
+            .topic(topic)
+            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        let store = &self.node.store;
+        Ok((0..t.read_queues.max(t.write_queues))
+            .map(|q| {
+                let (min, max) = store
+                    .queue(topic, q)
+                    .map_or((0, 0), |cq| (cq.min_offset(), cq.max_offset()));
+                let last_store_ms = (max > min)
+                    .then(|| store.message(topic, q, max - 1).ok())
+                    .flatten()
+                    .and_then(|(_, bytes)| MessageView::parse(&bytes).ok().map(|(v, _)| v.store_timestamp_ms))
+                    .unwrap_or(0);
+                QueueStatus {
+                    queue: q,
+                    min_offset: min,
+                    max_offset: max,
+                    last_store_ms,
+                }
+            })
+            .collect())
+    }
+
     /// Reads committed messages from this node's applied state: at most
     /// `max` (and 1024), and no more bytes than an answer may carry.
     pub fn read(&self, topic: &str, queue_id: u32, offset: u64, max: u32) -> Result<ReadBatch, BrokerError> {

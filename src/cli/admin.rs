@@ -110,6 +110,19 @@ pub enum TopicCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Each queue of a topic in every broker group: first and end offset,
+    /// and when its last message was stored (mqadmin topicStatus).
+    Status {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a topic's route: groups, queues, nodes and leaders.
     Route {
         /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
@@ -382,6 +395,7 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Producers { namesrv, topic, json } => {
             super::connections::producers(&namesrv, &topic, json).await?
         }
+        TopicCommand::Status { namesrv, topic, json } => super::topic_status::run(&namesrv, &topic, json).await?,
         TopicCommand::List { namesrv } => {
             let list = ask(&namesrv, |mut c| async move {
                 c.list_topics(pb::ListTopicsRequest {}).await

@@ -1,7 +1,7 @@
 //! `raftmq group ...`: consumer groups in every broker group, through the
-//! NameServers: create and update (FIFO delivery, maximum attempts), list,
-//! progress per queue (broker offset, consumer offset, lag), and offset
-//! resets to a point in time.
+//! NameServers: create, update (FIFO delivery, maximum attempts), list,
+//! delete, their clients; progress and offset moves are in
+//! [`super::progress`].
 
 use clap::Subcommand;
 
@@ -35,18 +35,65 @@ pub enum GroupCommand {
         #[arg(long)]
         json: bool,
     },
-    /// A consumer group's position in each queue: broker offset, consumer
-    /// offset, lag, and messages in flight.
+    /// Where consumer groups are: with --group, its position in each queue
+    /// (broker offset, consumer offset, lag, in flight, msgs/s); without,
+    /// every group's totals (mqadmin consumerProgress).
     Progress {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// One consumer group (default: every group).
+        #[arg(long)]
+        group: Option<String>,
+        /// Sample twice this far apart for consume rates (0: no rates).
+        #[arg(long, value_parser = parse_duration, default_value = "1s")]
+        interval: std::time::Duration,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a consumer group in every broker group (or one, with
+    /// --broker): its settings, offsets and in-flight messages. Its
+    /// dead-letter topic stays.
+    Delete {
         /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
         #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
         namesrv: String,
         /// The consumer group.
         #[arg(long)]
         group: String,
-        /// Print JSON for scripts.
+        /// Only this broker group.
         #[arg(long)]
-        json: bool,
+        broker: Option<String>,
+    },
+    /// Skip a consumer group's backlog in a topic: every queue moves to its
+    /// end, what is in flight is dropped (mqadmin skipAccumulatedMessage).
+    SkipBacklog {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The consumer group.
+        #[arg(long)]
+        group: String,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+    },
+    /// Make a consumer group continue in a topic where another one is, queue
+    /// by queue (mqadmin cloneGroupOffset).
+    CloneOffsets {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The group whose offsets are copied.
+        #[arg(long)]
+        from: String,
+        /// The group that moves.
+        #[arg(long)]
+        to: String,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
     },
     /// Move a consumer group, in every queue of a topic, to the first message
     /// stored at or after a time; what is in flight is dropped.
@@ -127,22 +174,6 @@ pub fn timestamp_of(flag: &str, s: &str) -> anyhow::Result<u64> {
     }
     let age = parse_duration(s).map_err(|e| anyhow::anyhow!("{flag}: {e}, or milliseconds since the epoch"))?;
     Ok(crate::clock::now_ms().saturating_sub(age.as_millis() as u64))
-}
-
-fn print_progress(broker: &str, p: &pb::GroupProgressResponse) {
-    for q in &p.queues {
-        println!(
-            "{:<12} {:<24} {:>5} {:>14} {:>14} {:>10} {:>9}",
-            broker, q.topic, q.queue, q.broker_offset, q.consumer_offset, q.lag, q.inflight
-        );
-    }
-}
-
-fn progress_header() {
-    println!(
-        "{:<12} {:<24} {:>5} {:>14} {:>14} {:>10} {:>9}",
-        "broker", "topic", "queue", "broker offset", "consumer off.", "lag", "inflight"
-    );
 }
 
 pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
@@ -240,57 +271,30 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
         GroupCommand::Connections { namesrv, group, json } => {
             super::connections::consumers(&namesrv, &group, json).await?
         }
-        GroupCommand::Progress { namesrv, group, json } => {
+        GroupCommand::Progress {
+            namesrv,
+            group,
+            interval,
+            json,
+        } => super::progress::progress(&namesrv, group.as_deref(), interval, json).await?,
+        GroupCommand::Delete { namesrv, group, broker } => {
             crate::broker::pop::validate_group(&group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
-            let brokers = group_endpoints(&namesrv, None).await?;
-            // A typo is an error, not an empty table.
-            let mut known = false;
-            for (broker, addr) in &brokers {
-                match BrokerClient::new(channel(addr)?)
-                    .get_consumer_group(pb::GetConsumerGroupRequest { name: group.clone() })
+            let mut deleted = 0;
+            for (b, addr) in group_endpoints(&namesrv, broker.as_deref()).await? {
+                match BrokerClient::new(channel(&addr)?)
+                    .delete_consumer_group(pb::GetConsumerGroupRequest { name: group.clone() })
                     .await
                 {
-                    Ok(_) => known = true,
+                    Ok(_) => {
+                        deleted += 1;
+                        println!("deleted consumer group {group} in broker group {b}");
+                    }
                     Err(s) if s.code() == tonic::Code::NotFound => {}
-                    Err(s) => anyhow::bail!("broker group {broker}: {}", s.message()),
+                    Err(s) => anyhow::bail!("broker group {b}: {}", s.message()),
                 }
             }
-            if !known {
+            if deleted == 0 {
                 anyhow::bail!("no such consumer group: {group}");
-            }
-            let mut all = Vec::new();
-            for (broker, addr) in brokers {
-                let p = BrokerClient::new(channel(&addr)?)
-                    .group_progress(pb::GroupProgressRequest { group: group.clone() })
-                    .await
-                    .map_err(|s| anyhow::anyhow!("broker group {broker}: {}", s.message()))?
-                    .into_inner();
-                all.push((broker, p));
-            }
-            if json {
-                let queues: Vec<serde_json::Value> = all
-                    .iter()
-                    .flat_map(|(b, p)| {
-                        p.queues.iter().map(move |q| {
-                            serde_json::json!({
-                                "broker": b, "topic": q.topic, "queue": q.queue,
-                                "broker_offset": q.broker_offset, "consumer_offset": q.consumer_offset,
-                                "lag": q.lag, "inflight": q.inflight,
-                            })
-                        })
-                    })
-                    .collect();
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({ "group": group, "queues": queues }))?
-                );
-            } else {
-                progress_header();
-                for (b, p) in &all {
-                    print_progress(b, p);
-                }
-                let lag: u64 = all.iter().flat_map(|(_, p)| &p.queues).map(|q| q.lag).sum();
-                println!("total lag: {lag}");
             }
         }
         GroupCommand::ResetOffset {
@@ -299,33 +303,30 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
             topic,
             to_timestamp,
         } => {
-            crate::broker::pop::validate_group(&group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
-            raftmq_store::queue_table::validate_topic(&topic).map_err(|e| anyhow::anyhow!("--topic: {e}"))?;
-            let ts = timestamp_of("--to-timestamp", &to_timestamp)?;
-            let mut rows = Vec::new();
-            for (broker, addr) in group_endpoints(&namesrv, None).await? {
-                let p = BrokerClient::new(channel(&addr)?)
-                    .reset_offset(pb::ResetOffsetRequest {
-                        group: group.clone(),
-                        topic: topic.clone(),
-                        timestamp_ms: ts,
-                    })
-                    .await;
-                match p {
-                    Ok(p) => rows.push((broker, p.into_inner())),
-                    // A broker group without the topic has nothing to reset.
-                    Err(s) if s.code() == tonic::Code::NotFound => {}
-                    Err(s) => anyhow::bail!("broker group {broker}: {}", s.message()),
-                }
-            }
-            if rows.is_empty() {
-                anyhow::bail!("no such topic: {topic}");
-            }
-            progress_header();
-            for (broker, p) in &rows {
-                print_progress(broker, p);
-            }
+            let timestamp_ms = timestamp_of("--to-timestamp", &to_timestamp)?;
+            let r = pb::ResetOffsetRequest {
+                group,
+                topic,
+                timestamp_ms,
+                ..Default::default()
+            };
+            super::progress::reset(&namesrv, r).await?
         }
+        GroupCommand::SkipBacklog { namesrv, group, topic } => {
+            let r = pb::ResetOffsetRequest {
+                group,
+                topic,
+                to_end: true,
+                ..Default::default()
+            };
+            super::progress::reset(&namesrv, r).await?
+        }
+        GroupCommand::CloneOffsets {
+            namesrv,
+            from,
+            to,
+            topic,
+        } => super::progress::clone_offsets(&namesrv, &from, &to, &topic).await?,
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! `raftmq message get|find|range`: look messages up by message id or by
-//! key (through the key index) or by store time (through the ConsumeQueues)
+//! `raftmq message get|find|range|at`: look messages up by message id or by
+//! key (through the key index), by store time (through the ConsumeQueues) or
+//! by queue offset
 //! in every broker group that has the topic; any node answers from its
 //! applied state.
 
@@ -60,6 +61,60 @@ pub enum MessageCommand {
         #[arg(long, default_value_t = 32)]
         max: u32,
     },
+    /// The message at an offset of a queue (mqadmin queryMsgByOffset).
+    At {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// The broker group whose queue it is (needed where several have the topic).
+        #[arg(long)]
+        broker: Option<String>,
+        /// The queue id.
+        #[arg(long)]
+        queue: u32,
+        /// The queue offset.
+        #[arg(long)]
+        offset: u64,
+    },
+}
+
+/// `message at`: one queue offset, read from a node of the broker group.
+async fn at(namesrv: &str, topic: &str, broker: Option<&str>, queue: u32, offset: u64) -> anyhow::Result<()> {
+    raftmq_store::queue_table::validate_topic(topic).map_err(|e| anyhow::anyhow!("--topic: {e}"))?;
+    let mut found = Vec::new();
+    for (b, addr) in group_endpoints(namesrv, broker).await? {
+        let r = BrokerClient::new(channel(&addr)?)
+            .read(pb::ReadRequest {
+                topic: topic.to_string(),
+                queue_id: queue,
+                offset,
+                max_count: 1,
+            })
+            .await;
+        match r {
+            Ok(r) => found.push((b, r.into_inner())),
+            Err(s) if s.code() == tonic::Code::NotFound => {}
+            Err(s) => anyhow::bail!("broker group {b}: {}", s.message()),
+        }
+    }
+    match found.as_slice() {
+        [] => anyhow::bail!("no such topic: {topic}"),
+        [(b, r)] => match r.messages.first().filter(|m| m.queue_offset == offset) {
+            Some(m) => show(b, m, Some(queue)),
+            None => anyhow::bail!(
+                "no message at offset {offset} of queue {queue} in broker group {b} (the queue ends at {}; older ones may be gone to retention)",
+                r.max_offset
+            ),
+        },
+        several => anyhow::bail!(
+            "broker groups {} have topic {topic}: name one with --broker",
+            several.iter().map(|(b, _)| b.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+    Ok(())
 }
 
 fn show(broker: &str, m: &pb::Message, queue: Option<u32>) {
@@ -83,6 +138,13 @@ fn show(broker: &str, m: &pb::Message, queue: Option<u32>) {
 
 pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
     let (namesrv, topic, by, max) = match cmd {
+        MessageCommand::At {
+            namesrv,
+            topic,
+            broker,
+            queue,
+            offset,
+        } => return at(&namesrv, &topic, broker.as_deref(), queue, offset).await,
         MessageCommand::Get { namesrv, topic, id } => {
             (namesrv, topic, pb::query_messages_request::By::MessageId(id), 1)
         }

@@ -12,8 +12,10 @@
 //! | [`admin`]   | `raftmq cluster ...`, `raftmq topic ...` via the NameServers     |
 //! | [`status`]  | `raftmq cluster status`: every node, live, with its last heartbeat |
 //! | [`rolling`] | `raftmq cluster rolling-restart`: one node at a time, leader last |
-//! | [`group`]   | `raftmq group ...`: consumer groups, progress, offset resets    |
-//! | [`message`] | `raftmq message get|find|range`                                 |
+//! | [`group`]   | `raftmq group ...`: create, update, list, delete consumer groups |
+//! | [`progress`] | `raftmq group progress|reset-offset|skip-backlog|clone-offsets` |
+//! | [`topic_status`] | `raftmq topic status`: each queue's offsets and last store time |
+//! | [`message`] | `raftmq message get|find|range|at`                              |
 //! | [`node`]    | `raftmq node status|put-topic|send|read` on one node            |
 //! | [`inspect`] | `raftmq store verify`: a store opened offline                   |
 //! | [`display`] | local date-times and ages as the commands print them             |
@@ -31,8 +33,10 @@ pub mod logging;
 pub mod message;
 pub mod node;
 pub mod produce;
+pub mod progress;
 pub mod rolling;
 pub mod status;
+pub mod topic_status;
 
 use std::path::PathBuf;
 

@@ -12,6 +12,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::broker::Broker;
+use crate::broker::group_admin::ResetTarget;
 use crate::broker::read::StoredMessage;
 use crate::broker::status::NodeStatus;
 use crate::error::BrokerError;
@@ -243,8 +244,46 @@ impl broker_server::Broker for BrokerService {
         request: Request<pb::GroupProgressRequest>,
     ) -> Result<Response<pb::GroupProgressResponse>, Status> {
         let group = request.into_inner().group;
+        if group.is_empty() {
+            return Ok(Response::new(progress_of(&self.broker, None)));
+        }
         crate::broker::pop::validate_group(&group)?;
-        Ok(Response::new(progress_of(&self.broker, &group)))
+        Ok(Response::new(progress_of(&self.broker, Some(&group))))
+    }
+
+    async fn delete_consumer_group(
+        &self,
+        request: Request<pb::GetConsumerGroupRequest>,
+    ) -> Result<Response<pb::PutConsumerGroupResponse>, Status> {
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    self.broker.delete_group_local(&req.name).await?;
+                    Ok(pb::PutConsumerGroupResponse {})
+                },
+                |mut c, r| async move { c.delete_consumer_group(r).await },
+            )
+            .await?;
+        Ok(Response::new(out))
+    }
+
+    async fn topic_status(
+        &self,
+        request: Request<pb::GetTopicRequest>,
+    ) -> Result<Response<pb::TopicStatusResponse>, Status> {
+        let queues = self
+            .broker
+            .topic_status(&request.into_inner().name)?
+            .into_iter()
+            .map(|q| pb::QueueStatus {
+                queue: q.queue,
+                min_offset: q.min_offset,
+                max_offset: q.max_offset,
+                last_store_ms: q.last_store_ms,
+            })
+            .collect();
+        Ok(Response::new(pb::TopicStatusResponse { queues }))
     }
 
     async fn reset_offset(
@@ -255,10 +294,15 @@ impl broker_server::Broker for BrokerService {
             .on_leader(
                 request,
                 |req| async move {
-                    self.broker
-                        .reset_offset_local(&req.group, &req.topic, req.timestamp_ms)
-                        .await?;
-                    Ok(progress_of(&self.broker, &req.group))
+                    let target = if req.to_end {
+                        ResetTarget::End
+                    } else if !req.offsets.is_empty() {
+                        ResetTarget::Offsets(req.offsets.iter().map(|o| (o.queue, o.offset)).collect())
+                    } else {
+                        ResetTarget::Time(req.timestamp_ms)
+                    };
+                    self.broker.reset_offset_local(&req.group, &req.topic, &target).await?;
+                    Ok(progress_of(&self.broker, Some(&req.group)))
                 },
                 |mut c, r| async move { c.reset_offset(r).await },
             )
@@ -431,13 +475,14 @@ impl broker_server::Broker for BrokerService {
     }
 }
 
-/// A group's progress as the wire message.
-fn progress_of(broker: &Broker, group: &str) -> pb::GroupProgressResponse {
+/// A group's progress (every group's: `None`) as the wire message.
+fn progress_of(broker: &Broker, group: Option<&str>) -> pb::GroupProgressResponse {
     pb::GroupProgressResponse {
-        queues: crate::broker::progress::progress(&broker.node, Some(group))
+        queues: crate::broker::progress::progress(&broker.node, group)
             .into_iter()
             .map(|p| pb::QueueProgress {
                 lag: p.lag(),
+                group: p.group,
                 topic: p.topic,
                 queue: p.queue,
                 broker_offset: p.broker_offset,
