@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -64,21 +63,9 @@ impl Drop for Stop {
     }
 }
 
-/// One HTTP/1.0 GET (so the answer is neither chunked nor kept alive):
-/// the status code and the body.
+/// One GET to Prometheus: the status code and the body.
 fn get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    let code = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status code");
-    (code, body.to_string())
+    common::http_get_as(addr, path, "HTTP/1.0")
 }
 
 fn url_encode(s: &str) -> String {

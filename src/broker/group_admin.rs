@@ -25,11 +25,7 @@ impl Broker {
     /// offset-based consumption alike (what is in flight is dropped).
     pub async fn reset_offset_local(&self, group: &str, topic: &str, target: &ResetTarget) -> Result<(), BrokerError> {
         crate::broker::pop::validate_group(group)?;
-        let t = self
-            .node
-            .sm
-            .topic(topic)
-            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        let t = self.topic(topic)?;
         let store = &self.node.store;
         let bounds = |q: u32| {
             store

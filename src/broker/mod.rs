@@ -131,6 +131,14 @@ impl Broker {
         }
     }
 
+    /// A topic's config from this node's applied state.
+    pub fn topic(&self, name: &str) -> Result<TopicConfig, BrokerError> {
+        self.node
+            .sm
+            .topic(name)
+            .ok_or_else(|| BrokerError::TopicNotFound(name.to_string()))
+    }
+
     /// A place for one more send request in progress at this node, or
     /// `TOO_MANY_REQUESTS` at once: under overload the sends a node works on
     /// stay bounded and the rest are refused with certainty (nothing stored)
@@ -326,11 +334,7 @@ impl Broker {
     /// queue exists and takes writes, the disk has room, and the messages
     /// are valid and fit one record.
     pub fn check_send(&self, topic: &str, queue_id: u32, messages: &[Message]) -> Result<(), BrokerError> {
-        let t = self
-            .node
-            .sm
-            .topic(topic)
-            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        let t = self.topic(topic)?;
         if !t.writable() {
             return Err(BrokerError::Invalid(format!("topic {topic} is not writable")));
         }

@@ -53,11 +53,7 @@ pub struct QueueStatus {
 impl Broker {
     /// Each queue of `topic`: its offsets and its last message's store time.
     pub fn topic_status(&self, topic: &str) -> Result<Vec<QueueStatus>, BrokerError> {
-        let t = self
-            .node
-            .sm
-            .topic(topic)
-            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        let t = self.topic(topic)?;
         let store = &self.node.store;
         Ok((0..t.read_queues.max(t.write_queues))
             .map(|q| {
@@ -178,11 +174,7 @@ impl Broker {
         end_ms: u64,
         max: usize,
     ) -> Result<Vec<(u32, StoredMessage)>, BrokerError> {
-        let t = self
-            .node
-            .sm
-            .topic(topic)
-            .ok_or_else(|| BrokerError::TopicNotFound(topic.to_string()))?;
+        let t = self.topic(topic)?;
         let queues: Vec<u32> = match queue {
             Some(q) if q < t.read_queues => vec![q],
             Some(q) => {

@@ -130,12 +130,7 @@ impl broker_server::Broker for BrokerService {
                 request,
                 |req| async move {
                     self.broker.node.linearizable().await?;
-                    let t = self
-                        .broker
-                        .node
-                        .sm
-                        .topic(&req.name)
-                        .ok_or_else(|| BrokerError::TopicNotFound(req.name.clone()))?;
+                    let t = self.broker.topic(&req.name)?;
                     Ok(pb::TopicData {
                         name: t.name,
                         read_queues: t.read_queues,

@@ -377,10 +377,16 @@ pub fn wait_listening(addr: &str) {
 /// One GET on an HTTP port (a node's metrics port): the status code and
 /// the body.
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    http_get_as(addr, path, "HTTP/1.1")
+}
+
+/// [`http_get`] in `version`: "HTTP/1.0" where a server (Prometheus) would
+/// chunk a long answer to an HTTP/1.1 request.
+pub fn http_get_as(addr: &str, path: &str, version: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(s, "GET {path} {version}\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");

@@ -46,12 +46,7 @@ pub(super) async fn update_offset(
             |req| async move {
                 let group = group_name(req.group.as_ref())?;
                 let QueueRef { topic, id, .. } = QueueRef::of(req.message_queue.as_ref())?;
-                let t = svc
-                    .broker
-                    .node
-                    .sm
-                    .topic(&topic)
-                    .ok_or_else(|| BrokerError::TopicNotFound(topic.clone()))?;
+                let t = svc.broker.topic(&topic)?;
                 let queue_id = u32::try_from(id)
                     .ok()
                     .filter(|q| *q < t.read_queues.max(t.write_queues))

@@ -127,12 +127,7 @@ async fn send_local(
     };
     for (i, m) in req.messages.into_iter().enumerate() {
         let name = topic_name(m.topic.as_ref())?;
-        let topic = svc
-            .broker
-            .node
-            .sm
-            .topic(&name)
-            .ok_or_else(|| BrokerError::TopicNotFound(name.clone()))?;
+        let topic = svc.broker.topic(&name)?;
         let out = v2_message::incoming(m, &topic, &limits)
             .map_err(|Refusal { code, message }| BrokerError::Refused(code, message))?;
         if !topic.writable() || topic.write_queues == 0 {
