@@ -1,5 +1,6 @@
 //! deploy/monitoring with the real thing: `promtool` checks the shipped
-//! rules and scrape config, then a real Prometheus scrapes a `raftmq dev`
+//! rules and scrape config and runs the rules' unit tests (each alert fires
+//! on synthetic series of its failure), then a real Prometheus scrapes a `raftmq dev`
 //! cluster (and its NameServer) while it carries every kind of traffic the
 //! rules and the dashboard chart: normal, FIFO, timed and transactional
 //! sends, consumers with a backlog, dead letters, client heartbeats. Every
@@ -129,11 +130,13 @@ fn dashboard_exprs() -> Vec<(String, String)> {
 }
 
 #[test]
-fn promtool_accepts_the_shipped_rules_and_config() {
+fn promtool_accepts_the_shipped_rules_and_config_and_the_alerts_fire() {
     let bin = prometheus_bin();
     for args in [
         vec!["check", "rules", "deploy/monitoring/alerts.yml"],
         vec!["check", "config", "deploy/monitoring/prometheus.yml"],
+        // The alerts fire on synthetic series of their failures.
+        vec!["test", "rules", "deploy/monitoring/alerts_test.yml"],
     ] {
         let out = Command::new(bin.join("promtool"))
             .args(&args)
