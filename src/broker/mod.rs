@@ -291,14 +291,14 @@ impl Broker {
         messages: Vec<Message>,
     ) -> Result<(u64, u32), BrokerError> {
         self.check_send(topic, queue_id, &messages)?;
-        // What the metrics count once the batch is stored.
-        let counted: Vec<(&'static str, usize)> = messages
-            .iter()
-            .map(|m| {
-                let fifo = m.properties.iter().any(|(k, _)| k == crate::proto::v2_message::P_GROUP);
-                (if fifo { metric::FIFO } else { metric::NORMAL }, m.body.len())
-            })
-            .collect();
+        // Body sizes the metrics count once the batch is stored.
+        let (mut fifo, mut normal) = (Vec::new(), Vec::with_capacity(messages.len()));
+        for m in &messages {
+            match m.properties.iter().any(|(k, _)| k == crate::proto::v2_message::P_GROUP) {
+                true => fifo.push(m.body.len()),
+                false => normal.push(m.body.len()),
+            }
+        }
         let batch = SendBatch {
             topic: topic.to_string(),
             queue_id,
@@ -320,9 +320,8 @@ impl Broker {
                 first_queue_offset,
                 count,
             } => {
-                for (message_type, bytes) in counted {
-                    self.metrics.message_in(topic, message_type, bytes);
-                }
+                self.metrics.messages_in(topic, metric::NORMAL, &normal);
+                self.metrics.messages_in(topic, metric::FIFO, &fifo);
                 self.metrics.send_latency.observe(started.elapsed().as_secs_f64());
                 Ok((first_queue_offset, count))
             }

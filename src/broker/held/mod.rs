@@ -67,7 +67,7 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
         BatchOutcome::Appended { .. } => {
             let message_type = if timed { metrics::DELAY } else { metrics::TRANSACTION };
             for (topic, bytes) in counted {
-                broker.metrics.message_in(&topic, message_type, bytes);
+                broker.metrics.messages_in(&topic, message_type, &[bytes]);
                 if timed {
                     broker.metrics.timer_enqueue.get_or_create(&TopicLabels { topic }).inc();
                 }

@@ -239,15 +239,24 @@ impl BrokerMetrics {
         out
     }
 
-    /// One message stored in `topic` (its body `bytes` long).
-    pub fn message_in(&self, topic: &str, message_type: &'static str, bytes: usize) {
+    /// Messages stored in `topic`, of their body `sizes`: one label lookup
+    /// for the lot (this runs on the send path).
+    pub fn messages_in(&self, topic: &str, message_type: &'static str, sizes: &[usize]) {
+        if sizes.is_empty() {
+            return;
+        }
         let l = MessageLabels {
             topic: topic.to_string(),
             message_type,
         };
-        self.messages_in.get_or_create(&l).inc();
-        self.throughput_in.get_or_create(&l).inc_by(bytes as u64);
-        self.message_size.get_or_create(&l).observe(bytes as f64);
+        self.messages_in.get_or_create(&l).inc_by(sizes.len() as u64);
+        self.throughput_in
+            .get_or_create(&l)
+            .inc_by(sizes.iter().sum::<usize>() as u64);
+        let histogram = self.message_size.get_or_create(&l);
+        for size in sizes {
+            histogram.observe(*size as f64);
+        }
     }
 
     /// `count` messages (`bytes` of bodies) delivered to `group`.
