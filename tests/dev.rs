@@ -44,6 +44,31 @@ async fn dev_cluster_produce_consume_failover_and_stop() {
     assert!(info_path.exists(), "the running cluster's dev.json is kept");
     assert!(pids.iter().all(|p| alive(*p)));
 
+    // --node-config was merged into each node's config: its table joined
+    // the generated `[store]` without displacing the keys dev writes.
+    let node1 = std::fs::read_to_string(dir.path().join("node1.toml")).unwrap();
+    let node1: toml::Table = node1.parse().unwrap();
+    assert_eq!(node1["store"]["retention"]["disk_refuse_ratio"].as_float(), Some(1.0));
+    assert_eq!(node1["store"]["segment_size"].as_integer(), Some(64 << 20));
+
+    // A key no node knows is refused before anything starts, by its name.
+    let other = tempfile::tempdir().unwrap();
+    let bad = other.path().join("bad.toml");
+    std::fs::write(&bad, "[store]\nsegment_sise = 4096\n").unwrap();
+    let other_dir = other.path().join("dev");
+    let (ok, _, err) = raftmq_cli(&[
+        "dev",
+        "--dir",
+        other_dir.to_str().unwrap(),
+        "--base-port",
+        &(base + 500).to_string(),
+        "--node-config",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!ok, "dev started with an unknown key");
+    assert!(err.contains("segment_sise") && err.contains("--node-config"), "{err}");
+    assert!(!other_dir.join("dev.json").exists());
+
     let (ok, out, err) = raftmq_cli(&["produce", "--endpoint", &access, "--topic", "TestTopic", "--count", "5"]);
     assert!(ok, "produce: {err}");
     assert_eq!(out.lines().filter(|l| l.starts_with("sent ")).count(), 5, "{out}");

@@ -49,6 +49,11 @@ pub struct DevArgs {
     /// flushed in the background) or `sync` (after msync on each node).
     #[arg(long, default_value = "async", value_parser = ["async", "sync"])]
     pub flush: String,
+    /// A TOML file merged into every node's generated config, its keys
+    /// winning (for example `[store.retention]` or `[limits]`
+    /// settings); see deploy/CONFIG.md for the keys.
+    #[arg(long, value_name = "FILE")]
+    pub node_config: Option<PathBuf>,
 }
 
 /// `DIR/dev.json`: where everything is, for scripts.
@@ -139,7 +144,8 @@ fn layout(a: &DevArgs) -> anyhow::Result<Layout> {
     })
 }
 
-fn write_configs(dir: &Path, l: &Layout, flush: &str) -> anyhow::Result<()> {
+fn write_configs(dir: &Path, l: &Layout, flush: &str, overlay: Option<&Path>) -> anyhow::Result<()> {
+    let overlay = overlay.map(read_overlay).transpose()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let dir = dir.canonicalize()?;
     std::fs::write(
@@ -159,24 +165,56 @@ fn write_configs(dir: &Path, l: &Layout, flush: &str) -> anyhow::Result<()> {
                 )
             })
             .collect();
-        std::fs::write(
-            dir.join(format!("{}.toml", n.name)),
-            format!(
-                "# Written by `raftmq dev` (rewritten on every start).\nbroker = \"{}\"\nnode_id = {}\n\
+        let generated = format!(
+            "broker = \"{}\"\nnode_id = {}\n\
                  data_dir = \"{}\"\nclient_listen = \"{}\"\nraft_listen = \"{}\"\nbootstrap = {}\n\
                  namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{}\"\n\n{peers}[store]\nsegment_size = 67108864\nflush_mode = \"{flush}\"\n",
-                n.group,
-                n.id,
-                dir.join(&n.name).display(),
-                n.client,
-                n.raft,
-                n.id == 1,
-                l.namesrv,
-                n.metrics,
-            ),
+            n.group,
+            n.id,
+            dir.join(&n.name).display(),
+            n.client,
+            n.raft,
+            n.id == 1,
+            l.namesrv,
+            n.metrics,
+        );
+        let body = match &overlay {
+            None => generated,
+            Some(extra) => {
+                let mut table: toml::Table = generated.parse().context("raftmq dev wrote an unreadable config")?;
+                merge(&mut table, extra);
+                toml::to_string(&table)?
+            }
+        };
+        let path = dir.join(format!("{}.toml", n.name));
+        std::fs::write(
+            &path,
+            format!("# Written by `raftmq dev` (rewritten on every start).\n{body}"),
         )?;
+        // A bad key in --node-config is reported here, by name, rather than
+        // as three nodes exiting at start.
+        crate::broker::config::BrokerConfig::load(&path)
+            .map_err(|e| anyhow::anyhow!("{} (with --node-config merged in): {e}", path.display()))?;
     }
     Ok(())
+}
+
+fn read_overlay(path: &Path) -> anyhow::Result<toml::Table> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    text.parse().with_context(|| format!("{} is not TOML", path.display()))
+}
+
+/// Merges `extra` into `base`: tables merge key by key, anything else in
+/// `extra` replaces what `base` has.
+fn merge(base: &mut toml::Table, extra: &toml::Table) {
+    for (k, v) in extra {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(e)) => merge(b, e),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
 }
 
 /// Holds `DIR/dev.lock` (an exclusive flock, with the holder's pid in it)
@@ -407,7 +445,7 @@ async fn create_dev_topic(group: &str, leader: &str) -> anyhow::Result<()> {
 pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     let l = layout(&a)?;
     let _lock = lock_dir(&a.dir)?;
-    write_configs(&a.dir, &l, &a.flush)?;
+    write_configs(&a.dir, &l, &a.flush, a.node_config.as_deref())?;
     let dir = a.dir.canonicalize()?;
     let info_path = dir.join("dev.json");
     let _ = std::fs::remove_file(&info_path);

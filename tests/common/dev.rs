@@ -13,11 +13,24 @@ pub fn base_port() -> u16 {
 
 /// Starts `raftmq dev` on `dir` (its stderr in `dir/dev.stderr`) and waits
 /// (90 s at most) for its `dev.json`, which it returns.
+///
+/// Every node gets `--node-config` with retention's disk watermarks at
+/// 100 %: the host's disk use must not decide a test (a CI machine once
+/// stood at 91.8 % and the nodes rightly refused writes; retention has its
+/// own tests).
 pub fn start_dev(dir: &std::path::Path, base: u16, extra: &[&str]) -> (std::process::Child, serde_json::Value) {
     let dev_err = dir.join("dev.stderr");
+    let node_config = dir.join("test-node-config.toml");
+    std::fs::write(
+        &node_config,
+        "[store.retention]\ndisk_warn_ratio = 1.0\ndisk_force_ratio = 1.0\ndisk_refuse_ratio = 1.0\n",
+    )
+    .unwrap();
     let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
         .arg("dev")
         .args(extra)
+        .arg("--node-config")
+        .arg(&node_config)
         .arg("--dir")
         .arg(dir)
         .args(["--base-port", &base.to_string()])
