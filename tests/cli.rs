@@ -7,6 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Namesrv, raftmq_cli};
+use raftmq::proto::rocketmq::v2;
 
 /// Runs `raftmq args`, which must fail saying `says`.
 fn refused(args: &[&str], says: &str) {
@@ -609,6 +610,263 @@ async fn admin_commands_against_a_real_cluster() {
     ]);
     let s = cluster.status(to, false).await.unwrap();
     assert!(s.members.iter().any(|m| m.node_id == other && m.voter), "{s:?}");
+    cluster.check_alive();
+}
+
+/// Every node's answer to `Status` says `writable == want` (the flag is
+/// applied on each node once its log has the change).
+async fn wait_writable(cluster: &Cluster, want: bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut all = true;
+        for n in &cluster.nodes {
+            all &= cluster.status(n.id, false).await.is_some_and(|s| s.writable == want);
+        }
+        if all {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not every node says writable = {want}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `raftmq cluster update-config --broker test ARGS` until it succeeds.
+fn update_config(namesrv: &str, args: &[&str]) -> String {
+    let mut all = vec!["cluster", "update-config", "--namesrv", namesrv, "--broker", "test"];
+    all.extend(args);
+    ok(&all)
+}
+
+/// The permission each queue of `topic` has in a v2 route from node `id`.
+async fn route_permissions(cluster: &Cluster, id: u64, topic: &str) -> Vec<i32> {
+    let r = common::v2::client(cluster, id)
+        .await
+        .query_route(v2::QueryRouteRequest {
+            topic: common::v2::resource(topic),
+            endpoints: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.message_queues.iter().map(|q| q.permission).collect()
+}
+
+/// mqadmin's maintenance commands: wipe and add a group's write permission
+/// (through Raft: every node, after a leader change and a restart), get and
+/// update broker config at run time (per node, typed and validated, in
+/// force at once).
+#[tokio::test(flavor = "multi_thread")]
+async fn write_permission_and_runtime_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namesrv::start(dir.path(), "ns", 120_000);
+    let extra = format!(
+        "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 200\n",
+        ns.addr
+    );
+    let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
+    let leader = cluster.leader().await;
+    let n = ns.addr.as_str();
+    let access: Vec<String> = cluster.nodes.iter().map(|n| n.client_addr.clone()).collect();
+    let access = access.join(";");
+    ok(&["topic", "create", "--namesrv", n, "--topic", "Maint", "--queues", "2"]);
+    ok(&["produce", "--endpoint", &access, "--topic", "Maint", "--count", "3"]);
+    assert!(
+        route_permissions(&cluster, 1, "Maint")
+            .await
+            .iter()
+            .all(|p| *p == v2::Permission::ReadWrite as i32)
+    );
+
+    // Wiped: every node agrees, routes are read-only, sends are refused
+    // with FORBIDDEN, and what is stored is still consumed.
+    let out = ok(&["cluster", "wipe-write-perm", "--namesrv", n, "--broker", "test"]);
+    assert!(out.contains("broker group test takes no sends"), "{out}");
+    wait_writable(&cluster, false).await;
+    for id in 1..=3 {
+        let perms = route_permissions(&cluster, id, "Maint").await;
+        assert!(
+            !perms.is_empty() && perms.iter().all(|p| *p == v2::Permission::Read as i32),
+            "node {id}: {perms:?}"
+        );
+    }
+    let r = common::v2::send(
+        &mut common::v2::client(&cluster, leader).await,
+        vec![common::v2::msg("Maint", "maint-1", b"x")],
+    )
+    .await;
+    assert_eq!(common::v2::code(&r.status), v2::Code::Forbidden, "{r:?}");
+    let (sent, _, err) = raftmq_cli(&["produce", "--endpoint", &access, "--topic", "Maint", "--count", "1"]);
+    assert!(!sent && err.contains("write permission is wiped"), "{err}");
+    let out = ok(&[
+        "consume",
+        "--endpoint",
+        &access,
+        "--topic",
+        "Maint",
+        "--group",
+        "Maint",
+        "--count",
+        "3",
+        "--timeout",
+        "20s",
+    ]);
+    assert_eq!(out.lines().filter(|l| l.starts_with("queue ")).count(), 3, "{out}");
+    let out = ok(&["cluster", "status", "--namesrv", n]);
+    assert!(out.contains("WRITE PERMISSION WIPED"), "{out}");
+    let node = cluster.node(leader).metrics_addr.clone();
+    assert_eq!(
+        common::sum_of(&common::scrape(&node), "raftmq_group_writable", &[]),
+        0.0
+    );
+    // The NameServer's route (from the heartbeats, sent at once on the
+    // change) says read-only too.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = ok(&["topic", "route", "--namesrv", n, "--topic", "Maint"]);
+        if out.contains("perm 4") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the NameServer's route stayed writable: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Replicated state: a new leader, and a restarted node, still refuse.
+    let other = (1..=3).find(|i| *i != leader).unwrap();
+    ok(&[
+        "cluster",
+        "transfer-leader",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--to",
+        &other.to_string(),
+    ]);
+    cluster.kill(leader);
+    cluster.spawn(leader);
+    wait_writable(&cluster, false).await;
+    let now = cluster.leader().await;
+    let r = common::v2::send(
+        &mut common::v2::client(&cluster, now).await,
+        vec![common::v2::msg("Maint", "maint-2", b"x")],
+    )
+    .await;
+    assert_eq!(common::v2::code(&r.status), v2::Code::Forbidden, "{r:?}");
+
+    // Back: sends go through again.
+    let out = ok(&["cluster", "add-write-perm", "--namesrv", n, "--broker", "test"]);
+    assert!(out.contains("broker group test takes sends again"), "{out}");
+    wait_writable(&cluster, true).await;
+    ok(&["produce", "--endpoint", &access, "--topic", "Maint", "--count", "2"]);
+    let out = ok(&["cluster", "add-write-perm", "--namesrv", n, "--broker", "test"]);
+    assert!(out.contains("(no change)"), "{out}");
+
+    // Config at run time: shown per node, `*` on the keys that change.
+    let out = ok(&["cluster", "get-config", "--namesrv", n, "--broker", "test", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{out}");
+    for node in nodes {
+        assert_eq!(node["config"]["store.retention.file_reserved_hours"], "72");
+        assert_eq!(node["config"]["broker"], "\"test\"");
+        assert!(
+            node["runtime_keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k == "long_polling_timeout_ms")
+        );
+    }
+    let out = ok(&[
+        "cluster",
+        "get-config",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--node",
+        "2",
+        "--runtime",
+    ]);
+    assert!(
+        out.contains("* limits.max_response_bytes = 16777216") && !out.contains("segment_size"),
+        "{out}"
+    );
+    // Every node changes, and says what it was; the metrics follow at once.
+    let out = update_config(n, &["--key", "store.retention.disk_warn_ratio", "--value", "0.5"]);
+    for id in 1..=3 {
+        assert!(
+            out.contains(&format!("node {id}: store.retention.disk_warn_ratio = 0.5 (was 1.0)")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("until a node restarts"), "{out}");
+    for node in &cluster.nodes {
+        let warn = common::sum_of(
+            &common::scrape(&node.metrics_addr),
+            "raftmq_disk_watermark_ratio",
+            &["watermark=\"warn\""],
+        );
+        assert_eq!(warn, 0.5, "node {}", node.id);
+    }
+    // A change reaches the next request: a body over the new limit is refused.
+    let max_body = nodes[0]["config"]["max_body_bytes"].as_str().unwrap().to_string();
+    update_config(n, &["--key", "max_body_bytes", "--value", "100"]);
+    let (sent, _, err) = raftmq_cli(&["produce", "--endpoint", &access, "--topic", "Maint", "--size", "200"]);
+    assert!(!sent && err.contains("100"), "{err}");
+    update_config(n, &["--key", "max_body_bytes", "--value", &max_body]);
+    ok(&["produce", "--endpoint", &access, "--topic", "Maint", "--size", "200"]);
+    // Only one node, when asked.
+    let out = update_config(
+        n,
+        &["--node", "3", "--key", "long_polling_timeout_ms", "--value", "5000"],
+    );
+    assert!(
+        out.contains("node 3: long_polling_timeout_ms = 5000 (was 20000)") && !out.contains("node 1"),
+        "{out}"
+    );
+    // Refused, by name: keys fixed at start, wrong types, invalid values, unknown nodes.
+    for (key, value, says) in [
+        ("store.segment_size", "4096", "cannot be changed while the node runs"),
+        ("long_polling_timeout_ms", "soon", "long_polling_timeout_ms = soon"),
+        ("store.retention.disk_refuse_ratio", "0.2", "disk"),
+        ("nonsense", "1", "cannot be changed while the node runs"),
+    ] {
+        refused(
+            &[
+                "cluster",
+                "update-config",
+                "--namesrv",
+                n,
+                "--broker",
+                "test",
+                "--key",
+                key,
+                "--value",
+                value,
+            ],
+            says,
+        );
+    }
+    refused(
+        &[
+            "cluster",
+            "update-config",
+            "--namesrv",
+            n,
+            "--broker",
+            "test",
+            "--node",
+            "9",
+            "--key",
+            "min_invisible_ms",
+            "--value",
+            "1000",
+        ],
+        "has no node 9",
+    );
     cluster.check_alive();
 }
 

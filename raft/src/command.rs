@@ -192,6 +192,13 @@ pub enum AdminCommand {
     InitSecret {
         secret: GroupSecret,
     },
+    /// Takes the group out of new sends (`writable: false`, mqadmin's
+    /// wipeWritePerm) or back in (addWritePerm): routes then show its
+    /// queues read-only and producers' sends are refused, while consumers,
+    /// retries, timers and transactions already stored go on.
+    SetWritable {
+        writable: bool,
+    },
 }
 
 /// What applying a command produced, returned to the proposer.

@@ -71,6 +71,10 @@ pub struct Metadata {
     /// first leader that needs it proposes one.
     #[serde(default)]
     pub secret: Option<GroupSecret>,
+    /// Producers' sends are refused and routes show the group's queues
+    /// read-only ([`AdminCommand::SetWritable`]).
+    #[serde(default)]
+    pub writes_wiped: bool,
 }
 
 /// What a snapshot holds.
@@ -158,6 +162,11 @@ impl StateMachine {
     /// short: applying waits for it).
     pub fn with_metadata<R>(&self, f: impl FnOnce(&Metadata) -> R) -> R {
         f(&read_state(&self.inner.state).metadata)
+    }
+
+    /// Whether producers may send to the group ([`AdminCommand::SetWritable`]).
+    pub fn writable(&self) -> bool {
+        !read_state(&self.inner.state).metadata.writes_wiped
     }
 
     pub fn topic(&self, name: &str) -> Option<TopicConfig> {
@@ -440,6 +449,7 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
         AdminCommand::InitSecret { secret } => {
             md.secret.get_or_insert(secret);
         }
+        AdminCommand::SetWritable { writable } => md.writes_wiped = !writable,
         AdminCommand::Ack { group, topic, receipts } => {
             return Response::Acked(consumption::apply_ack(&mut md.consumption, &group, &topic, &receipts));
         }

@@ -33,6 +33,20 @@ pub const MAX_CLIENT_ID_LEN: usize = 128;
 /// Expired entries are looked for at most this often (the sweep walks them
 /// all).
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// Topics a producer, and subscriptions a consumer, is remembered with at
+/// most (both come from the client's settings); names and expressions
+/// are cut at the filter bound.
+pub const MAX_CLIENT_TOPICS: usize = 1024;
+const MAX_EXPRESSION_LEN: usize = 4096;
+
+/// One subscription of a consumer, as its settings name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    pub topic: String,
+    /// "TAG" or "SQL".
+    pub expression_type: String,
+    pub expression: String,
+}
 
 /// Sends server commands down a client's Telemetry stream.
 pub type TelemetrySender = mpsc::Sender<Result<v2::TelemetryCommand, tonic::Status>>;
@@ -52,6 +66,13 @@ pub struct ClientInfo {
     pub telemetry: Option<(u64, TelemetrySender)>,
     /// Topics a producer said it publishes to (its settings).
     pub topics: Vec<String>,
+    /// What a consumer said it subscribes to (its settings).
+    pub subscriptions: Vec<Subscription>,
+    /// Messages delivered to it, and acknowledged by it, through this node
+    /// (mqadmin consumerStatus's per-client numbers).
+    pub received: u64,
+    pub acked: u64,
+    pub last_receive: Option<Instant>,
 }
 
 struct Table {
@@ -152,6 +173,10 @@ impl Clients {
                             last_seen: now,
                             telemetry: None,
                             topics: Vec::new(),
+                            subscriptions: Vec::new(),
+                            received: 0,
+                            acked: 0,
+                            last_receive: None,
                         },
                     );
                     m.get_mut(id).expect("just inserted")
@@ -188,13 +213,43 @@ impl Clients {
     }
 
     /// Records the topics a producer publishes to.
-    pub fn publishes(&self, id: &str, peer: Option<IpAddr>, topics: Vec<String>) -> Result<(), BrokerError> {
+    pub fn publishes(&self, id: &str, peer: Option<IpAddr>, mut topics: Vec<String>) -> Result<(), BrokerError> {
+        topics.truncate(MAX_CLIENT_TOPICS);
         self.with(|m| {
             if let Some(c) = Self::owned(m, id, peer)? {
                 c.topics = topics;
             }
             Ok(())
         })
+    }
+
+    /// Records what a consumer subscribes to.
+    pub fn subscribes(&self, id: &str, peer: Option<IpAddr>, mut subs: Vec<Subscription>) -> Result<(), BrokerError> {
+        subs.truncate(MAX_CLIENT_TOPICS);
+        for s in &mut subs {
+            s.expression = s.expression.chars().take(MAX_EXPRESSION_LEN).collect();
+        }
+        self.with(|m| {
+            if let Some(c) = Self::owned(m, id, peer)? {
+                c.subscriptions = subs;
+            }
+            Ok(())
+        })
+    }
+
+    /// Counts messages delivered to a client (`received`) and acknowledged
+    /// by it (`acked`) through this node; ids of other addresses count
+    /// nothing.
+    pub fn consumed(&self, id: &str, peer: Option<IpAddr>, received: u64, acked: u64) {
+        self.with(|m| {
+            if let Ok(Some(c)) = Self::owned(m, id, peer) {
+                c.received = c.received.saturating_add(received);
+                c.acked = c.acked.saturating_add(acked);
+                if received > 0 {
+                    c.last_receive = Some(Instant::now());
+                }
+            }
+        });
     }
 
     /// Telemetry streams of live producers of `topic`: (client id, sender).

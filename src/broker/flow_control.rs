@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::BrokerError;
@@ -15,7 +16,8 @@ use crate::proto::rocketmq::v2::Code;
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 pub struct FlowControl {
-    rate: f64,
+    /// Requests per second per caller (0: no limit); changes at run time.
+    rate: AtomicU32,
     /// Buckets kept at most; idle (full) ones are dropped first.
     max_buckets: usize,
     buckets: Mutex<Buckets>,
@@ -37,7 +39,7 @@ impl FlowControl {
     /// `rate` requests per second per caller; 0: no limit.
     pub fn new(rate: u32, max_buckets: usize) -> FlowControl {
         FlowControl {
-            rate: f64::from(rate),
+            rate: AtomicU32::new(rate),
             max_buckets: max_buckets.max(1),
             buckets: Mutex::new(Buckets {
                 by_caller: HashMap::new(),
@@ -46,20 +48,26 @@ impl FlowControl {
         }
     }
 
+    /// A new rate from the next request on (buckets keep their tokens, up
+    /// to the new burst).
+    pub fn set_rate(&self, rate: u32) {
+        self.rate.store(rate, Ordering::Relaxed);
+    }
+
     /// Admits one request of `caller`, or refuses it.
     pub fn admit(&self, caller: &str) -> Result<(), BrokerError> {
         self.admit_at(caller, Instant::now())
     }
 
     fn admit_at(&self, caller: &str, now: Instant) -> Result<(), BrokerError> {
-        if self.rate == 0.0 {
+        let rate = f64::from(self.rate.load(Ordering::Relaxed));
+        if rate == 0.0 {
             return Ok(());
         }
         let mut guard = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let b = &mut *guard;
         if !b.by_caller.contains_key(caller) && b.by_caller.len() >= self.max_buckets {
             if b.swept.is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY) {
-                let rate = self.rate;
                 b.by_caller
                     .retain(|_, k| k.tokens + now.duration_since(k.at).as_secs_f64() * rate < rate);
                 b.swept = Some(now);
@@ -68,16 +76,15 @@ impl FlowControl {
                 return Err(refusal("too many callers at once"));
             }
         }
-        let k = b.by_caller.entry(caller.to_string()).or_insert(Bucket {
-            tokens: self.rate,
-            at: now,
-        });
-        k.tokens = (k.tokens + now.duration_since(k.at).as_secs_f64() * self.rate).min(self.rate);
+        let k = b
+            .by_caller
+            .entry(caller.to_string())
+            .or_insert(Bucket { tokens: rate, at: now });
+        k.tokens = (k.tokens + now.duration_since(k.at).as_secs_f64() * rate).min(rate);
         k.at = now;
         if k.tokens < 1.0 {
             return Err(refusal(&format!(
-                "more than {} requests per second from this client (limits.max_requests_per_client_per_s)",
-                self.rate
+                "more than {rate} requests per second from this client (limits.max_requests_per_client_per_s)",
             )));
         }
         k.tokens -= 1.0;
@@ -119,5 +126,18 @@ mod tests {
         for _ in 0..1000 {
             off.admit_at("x", t0).unwrap();
         }
+    }
+
+    #[test]
+    fn a_rate_set_at_run_time_holds_from_the_next_request() {
+        let f = FlowControl::new(0, 8);
+        let t0 = Instant::now();
+        f.admit_at("a", t0).unwrap();
+        f.set_rate(2);
+        f.admit_at("b", t0).unwrap();
+        f.admit_at("b", t0).unwrap();
+        assert!(f.admit_at("b", t0).is_err());
+        f.set_rate(0);
+        f.admit_at("b", t0).unwrap();
     }
 }

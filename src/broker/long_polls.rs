@@ -73,6 +73,11 @@ impl LongPolls {
     pub fn waiting(&self) -> usize {
         lock(&self.inner).total
     }
+
+    /// Receives of `client` waiting now.
+    pub fn waiting_of(&self, client: &str) -> usize {
+        lock(&self.inner).per_client.get(client).copied().unwrap_or(0)
+    }
 }
 
 impl Drop for Slot {

@@ -24,6 +24,8 @@
 //! | [`config`]         | the broker's TOML configuration                              |
 //! | [`identity`]       | node id, group and peers from the host name (StatefulSets)  |
 //! | [`limits`]         | what one caller may take from a node (`[limits]`)           |
+//! | [`runtime_config`] | the settings a node changes while it runs (get/update config) |
+//! | [`write_perm`]     | a group taken out of producers' sends and back (maintenance) |
 
 pub mod batcher;
 pub mod clients;
@@ -42,8 +44,10 @@ pub mod progress;
 pub mod read;
 pub mod receipt;
 pub mod registration;
+pub mod runtime_config;
 pub mod seal;
 pub mod status;
+pub mod write_perm;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -75,7 +79,10 @@ const CONCURRENT_SCANS: usize = 4;
 
 pub struct Broker {
     pub node: Arc<RaftNode>,
+    /// The config the node started with; the keys that change at run time
+    /// are read through [`Broker::live`] ([`runtime_config`]).
     pub cfg: BrokerConfig,
+    live: runtime_config::LiveConfig,
     /// Pop-style consumption (runs on the leader).
     pub popper: Popper,
     /// The client-protocol clients that use this node.
@@ -127,8 +134,29 @@ impl Broker {
             scans: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS)),
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
             digests: Arc::new(tokio::sync::Semaphore::new(1)),
+            live: runtime_config::LiveConfig::new(cfg.clone()),
             cfg,
         }
+    }
+
+    /// The config in force: the keys of [`runtime_config::RUNTIME_KEYS`]
+    /// as last changed.
+    pub fn live(&self) -> Arc<BrokerConfig> {
+        self.live.get()
+    }
+
+    /// Every key of the config in force, sorted.
+    pub fn config_entries(&self) -> Result<Vec<runtime_config::ConfigEntry>, BrokerError> {
+        self.live.entries()
+    }
+
+    /// Changes a run-time key at this node ([`runtime_config`]); answers
+    /// its value before.
+    pub fn update_config(&self, key: &str, value: &str) -> Result<String, BrokerError> {
+        self.live.update(key, value, |next| {
+            self.flow_control.set_rate(next.limits.max_requests_per_client_per_s);
+            self.node.store.set_retention(next.store.retention.clone());
+        })
     }
 
     /// A topic's config from this node's applied state.
@@ -290,6 +318,7 @@ impl Broker {
         queue_id: u32,
         messages: Vec<Message>,
     ) -> Result<(u64, u32), BrokerError> {
+        self.check_group_writable()?;
         self.check_send(topic, queue_id, &messages)?;
         // Body sizes the metrics count once the batch is stored.
         let (mut fifo, mut normal) = (Vec::new(), Vec::with_capacity(messages.len()));
@@ -358,12 +387,12 @@ impl Broker {
                 "a send of {total} bytes exceeds the largest batch of {max} bytes"
             )));
         }
+        let max_body = self.live().max_body_bytes;
         for m in messages {
-            if m.body.len() > self.cfg.max_body_bytes {
+            if m.body.len() > max_body {
                 return Err(BrokerError::Invalid(format!(
-                    "message body of {} bytes exceeds the limit of {}",
+                    "message body of {} bytes exceeds the limit of {max_body}",
                     m.body.len(),
-                    self.cfg.max_body_bytes
                 )));
             }
             m.validate().map_err(|e| BrokerError::Invalid(e.to_string()))?;

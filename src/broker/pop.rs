@@ -55,6 +55,9 @@ pub struct Receive {
     pub first_queue: u32,
     /// When to answer empty-handed.
     pub deadline: Instant,
+    /// Message bytes the answer may hold (`limits.max_response_bytes`,
+    /// which changes at run time).
+    pub max_bytes: usize,
 }
 
 /// One delivered message.
@@ -356,7 +359,7 @@ impl Popper {
         };
         let mut room = Room {
             messages: r.batch.clamp(1, MAX_BATCH),
-            bytes: ResponseBudget::new(self.limits.max_response_bytes),
+            bytes: ResponseBudget::new(r.max_bytes),
         };
         for i in 0..queues {
             if room.messages == 0 {

@@ -93,7 +93,7 @@ impl Broker {
         let start = offset.max(min);
         let stop = end.min(start.saturating_add(u64::from(max.clamp(1, 1024))));
         let mut messages = Vec::new();
-        let mut budget = ResponseBudget::new(self.cfg.limits.max_response_bytes);
+        let mut budget = ResponseBudget::new(self.live().limits.max_response_bytes);
         let mut next = start;
         while next < stop {
             let (_, bytes) = store
@@ -133,7 +133,7 @@ impl Broker {
             .map_err(|e| BrokerError::Internal(e.to_string()))?;
         let limit = self.cfg.store.max_record_size;
         let mut out = Vec::new();
-        let mut budget = ResponseBudget::new(self.cfg.limits.max_response_bytes);
+        let mut budget = ResponseBudget::new(self.live().limits.max_response_bytes);
         for phys in candidates {
             let log = store.commitlog();
             let Ok(head) = log.read_bytes(phys, 4) else { continue };
@@ -188,7 +188,7 @@ impl Broker {
         };
         let store = &self.node.store;
         let mut out = Vec::new();
-        let mut budget = ResponseBudget::new(self.cfg.limits.max_response_bytes);
+        let mut budget = ResponseBudget::new(self.live().limits.max_response_bytes);
         'queues: for q in queues {
             let Some(cq) = store.queue(topic, q) else { continue };
             let mut offset = self.offset_for_timestamp(topic, q, begin_ms)?.max(cq.min_offset());

@@ -38,10 +38,10 @@ pub fn heartbeat(broker: &Broker) -> Option<pb::BrokerHeartbeat> {
         // Clients may not use the held-message topics: no routes to them.
         .filter(|t| !raftmq_raft::held::is_system_topic(&t.name))
         .map(|t| pb::TopicData {
+            perm: broker.route_perm(&t),
             name: t.name,
             read_queues: t.read_queues,
             write_queues: t.write_queues,
-            perm: t.perm,
             message_type: t.message_type.as_str().to_string(),
         })
         .collect();

@@ -32,6 +32,8 @@ pub struct NodeStatus {
     /// applied index (0 unless asked for).
     pub applied_log_digest: u32,
     pub log_start_index: u64,
+    /// Producers may send to the group ([`crate::broker::write_perm`]).
+    pub writable: bool,
 }
 
 impl Broker {
@@ -68,6 +70,7 @@ impl Broker {
             members,
             applied_log_digest: digest,
             log_start_index: log.bounds().0,
+            writable: self.node.sm.writable(),
         })
     }
 }

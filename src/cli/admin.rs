@@ -58,6 +58,17 @@ pub enum ClusterCommand {
     /// first, each back and caught up before the next, then the leader
     /// after leadership moved away.
     RollingRestart(super::rolling::RollingArgs),
+    /// Show a broker group's config in force, node by node (mqadmin
+    /// getBrokerConfig); `*` marks the keys update-config can change.
+    GetConfig(super::broker_config::GetConfigArgs),
+    /// Change a key at run time on every node of a broker group (or one),
+    /// until they restart (mqadmin updateBrokerConfig).
+    UpdateConfig(super::broker_config::UpdateConfigArgs),
+    /// Take a broker group out of producers' sends for maintenance: routes
+    /// show its queues read-only, consumers go on (mqadmin wipeWritePerm).
+    WipeWritePerm(super::broker_config::WritePermArgs),
+    /// Let producers send to a broker group again (mqadmin addWritePerm).
+    AddWritePerm(super::broker_config::WritePermArgs),
     /// Remove a node from a broker group.
     RemoveNode {
         /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
@@ -296,6 +307,10 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
             return Ok(());
         }
         ClusterCommand::RollingRestart(a) => return super::rolling::run(a).await,
+        ClusterCommand::GetConfig(a) => return super::broker_config::get(a).await,
+        ClusterCommand::UpdateConfig(a) => return super::broker_config::update(a).await,
+        ClusterCommand::WipeWritePerm(a) => return super::broker_config::set_writable(a, false).await,
+        ClusterCommand::AddWritePerm(a) => return super::broker_config::set_writable(a, true).await,
         ClusterCommand::RemoveNode {
             namesrv,
             broker,

@@ -1,6 +1,7 @@
-//! `raftmq group connections` and `raftmq topic producers`: the RocketMQ
-//! clients connected to the cluster, as mqadmin's `consumerConnection` and
-//! `producerConnection` show them.
+//! `raftmq group connections`, `raftmq group status` and `raftmq topic
+//! producers`: the RocketMQ clients connected to the cluster, as mqadmin's
+//! `consumerConnection`, `consumerStatus` and `producerConnection` show
+//! them.
 //!
 //! A client speaks to the nodes it has channels to, and each node knows
 //! only those (`raftmq.v1.Broker/ListClients`), so every node the
@@ -27,6 +28,14 @@ struct Connection {
     last_heartbeat_ms_ago: u64,
     topics: Vec<String>,
     telemetry: bool,
+    /// (topic, "TAG" or "SQL", expression), as its settings say.
+    subscriptions: Vec<(String, String, String)>,
+    /// Messages delivered to it and acknowledged by it through this node.
+    received: u64,
+    acked: u64,
+    last_receive_ms_ago: Option<u64>,
+    /// Its receives waiting on this node now.
+    waiting_receives: u32,
 }
 
 /// Asks every node for its clients matching `filter`.
@@ -40,18 +49,36 @@ async fn gather(namesrv: &str, filter: pb::ListClientsRequest) -> anyhow::Result
         let mut node = BrokerClient::new(channel(&n.client_addr)?);
         match tokio::time::timeout(Duration::from_secs(5), node.list_clients(filter.clone())).await {
             Ok(Ok(r)) => {
-                out.extend(r.into_inner().clients.into_iter().map(|c| Connection {
-                    broker: n.group.clone(),
-                    node_id: n.node_id,
-                    client_id: c.client_id,
-                    client_type: c.client_type,
-                    group: c.group,
-                    language: c.language,
-                    version: c.version,
-                    address: c.address,
-                    last_heartbeat_ms_ago: c.last_heartbeat_ms_ago,
-                    topics: c.topics,
-                    telemetry: c.telemetry,
+                let r = r.into_inner();
+                if r.truncated {
+                    eprintln!(
+                        "{} node {} ({}): more clients than one answer holds; some are not shown",
+                        n.group, n.node_id, n.client_addr
+                    );
+                }
+                out.extend(r.clients.into_iter().map(|c| {
+                    Connection {
+                        broker: n.group.clone(),
+                        node_id: n.node_id,
+                        client_id: c.client_id,
+                        client_type: c.client_type,
+                        group: c.group,
+                        language: c.language,
+                        version: c.version,
+                        address: c.address,
+                        last_heartbeat_ms_ago: c.last_heartbeat_ms_ago,
+                        topics: c.topics,
+                        telemetry: c.telemetry,
+                        subscriptions: c
+                            .subscriptions
+                            .into_iter()
+                            .map(|s| (s.topic, s.expression_type, s.expression))
+                            .collect(),
+                        received: c.received,
+                        acked: c.acked,
+                        last_receive_ms_ago: c.last_receive_ms_ago,
+                        waiting_receives: c.waiting_receives,
+                    }
                 }));
             }
             Ok(Err(s)) => eprintln!("{} node {} ({}): {}", n.group, n.node_id, n.client_addr, s.message()),
@@ -110,6 +137,77 @@ pub async fn consumers(namesrv: &str, group: &str, json: bool) -> anyhow::Result
         json,
         &format!("no client of consumer group {group} is connected"),
     )
+}
+
+/// `raftmq group status` (mqadmin consumerStatus): each client of a
+/// consumer group with what it subscribes to and what it consumed through
+/// each node, and whether the group's clients agree on their
+/// subscriptions (a receive moves the whole group past what its filter
+/// refuses, so clients that subscribe differently miss messages).
+pub async fn consumer_status(namesrv: &str, group: &str, json: bool) -> anyhow::Result<()> {
+    crate::broker::pop::validate_group(group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
+    let filter = pb::ListClientsRequest {
+        group: group.to_string(),
+        topic: String::new(),
+    };
+    let conns = gather(namesrv, filter).await?;
+    let mut kinds: Vec<&Vec<(String, String, String)>> = conns
+        .iter()
+        .filter(|c| !c.subscriptions.is_empty())
+        .map(|c| &c.subscriptions)
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    let consistent = kinds.len() <= 1;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "group": group,
+                "subscriptions_consistent": consistent,
+                "clients": conns,
+            }))?
+        );
+        return Ok(());
+    }
+    if conns.is_empty() {
+        println!("no client of consumer group {group} is connected");
+        return Ok(());
+    }
+    println!(
+        "{:<40} {:<16} {:<10} {:<12} {:>4} {:>9} {:>9} {:>7}  last received",
+        "client id", "type", "language", "broker", "node", "received", "acked", "waiting"
+    );
+    for c in &conns {
+        println!(
+            "{:<40} {:<16} {:<10} {:<12} {:>4} {:>9} {:>9} {:>7}  {}",
+            c.client_id,
+            c.client_type,
+            c.language,
+            c.broker,
+            c.node_id,
+            c.received,
+            c.acked,
+            c.waiting_receives,
+            c.last_receive_ms_ago.map_or("never".to_string(), |ms| format!(
+                "{} ago",
+                crate::cli::display::age(ms)
+            )),
+        );
+        for (topic, kind, expr) in &c.subscriptions {
+            println!("    subscribes to {topic} ({kind} {expr})");
+        }
+    }
+    if consistent {
+        println!("every client of {group} subscribes alike");
+    } else {
+        println!(
+            "SUBSCRIPTIONS DIFFER between the clients of {group}: a receive moves the whole group past the \
+             messages its own filter refuses, so the other clients never see them; give every client of a \
+             group the same subscriptions"
+        );
+    }
+    Ok(())
 }
 
 /// `raftmq topic producers`: the producers that publish to a topic.

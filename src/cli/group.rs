@@ -35,6 +35,21 @@ pub enum GroupCommand {
         #[arg(long)]
         json: bool,
     },
+    /// What each client of a consumer group subscribes to and consumed
+    /// through each node (received, acked, receives waiting, last
+    /// delivery), and whether the clients subscribe alike (mqadmin
+    /// consumerStatus).
+    Status {
+        /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+        #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+        namesrv: String,
+        /// The consumer group.
+        #[arg(long)]
+        group: String,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Where consumer groups are: with --group, its position in each queue
     /// (broker offset, consumer offset, lag, in flight, msgs/s); without,
     /// every group's totals (mqadmin consumerProgress).
@@ -270,6 +285,9 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
         }
         GroupCommand::Connections { namesrv, group, json } => {
             super::connections::consumers(&namesrv, &group, json).await?
+        }
+        GroupCommand::Status { namesrv, group, json } => {
+            super::connections::consumer_status(&namesrv, &group, json).await?
         }
         GroupCommand::Progress {
             namesrv,

@@ -8,10 +8,11 @@
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
 //! | [`bench`]   | `raftmq bench produce|consume|e2e`, with plots                  |
 //! | [`connect`] | how commands reach a cluster: NameServers, broker groups, channels |
-//! | [`connections`] | `raftmq group connections`, `topic producers`: clients per node |
+//! | [`connections`] | `raftmq group connections|status`, `topic producers`: clients per node |
 //! | [`admin`]   | `raftmq cluster ...`, `raftmq topic ...` via the NameServers     |
 //! | [`status`]  | `raftmq cluster status`: every node, live, with its last heartbeat |
 //! | [`rolling`] | `raftmq cluster rolling-restart`: one node at a time, leader last |
+//! | [`broker_config`] | `raftmq cluster get-config|update-config|wipe-write-perm|add-write-perm` |
 //! | [`group`]   | `raftmq group ...`: create, update, list, delete consumer groups |
 //! | [`progress`] | `raftmq group progress|reset-offset|skip-backlog|clone-offsets` |
 //! | [`topic_status`] | `raftmq topic status`: each queue's offsets and last store time |
@@ -23,6 +24,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod broker_config;
 pub mod connect;
 pub mod connections;
 pub mod dev;

@@ -34,6 +34,9 @@ struct NodeJson {
     /// This node is its group's leader: it says so now, with the highest
     /// term of those that do.
     is_group_leader: bool,
+    /// Producers may send to the group, as the node answers now (false:
+    /// `cluster wipe-write-perm`); unreachable nodes count as writable.
+    writable: bool,
 }
 
 pub async fn run(namesrv: &str, json: bool) -> anyhow::Result<()> {
@@ -49,6 +52,7 @@ pub async fn run(namesrv: &str, json: bool) -> anyhow::Result<()> {
         .zip(live)
         .map(|(n, s)| NodeJson {
             reachable: s.is_some(),
+            writable: s.as_ref().is_none_or(|s| s.writable),
             role: s.as_ref().map_or("unreachable".to_string(), |s| s.role.clone()),
             term: s.as_ref().map_or(n.term, |s| s.term),
             commit_index: s.as_ref().map_or(n.commit_index, |s| s.commit_index),
@@ -101,10 +105,15 @@ pub async fn run(namesrv: &str, json: bool) -> anyhow::Result<()> {
         println!();
         match members.iter().find(|n| n.is_group_leader) {
             Some(l) => println!(
-                "broker group {group} (cluster {cluster}): leader node {} (term {}), {} nodes",
+                "broker group {group} (cluster {cluster}): leader node {} (term {}), {} nodes{}",
                 l.node_id,
                 l.term,
-                members.len()
+                members.len(),
+                if l.writable {
+                    ""
+                } else {
+                    ", WRITE PERMISSION WIPED (no sends; cluster add-write-perm restores it)"
+                }
             ),
             None => println!(
                 "broker group {group} (cluster {cluster}): NO LEADER answering, {} nodes",

@@ -98,6 +98,12 @@ fn forward_hops(m: &MetadataMap) -> u8 {
     }
 }
 
+/// Whether a follower forwarded this request (it was counted where the
+/// client sent it).
+pub fn is_forwarded(m: &MetadataMap) -> bool {
+    m.get(FORWARDED).is_some()
+}
+
 /// A request header as text ("" when absent or not text).
 pub fn header<'a>(m: &'a MetadataMap, key: &str) -> &'a str {
     m.get(key).and_then(|v| v.to_str().ok()).unwrap_or("")

@@ -390,10 +390,16 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn list_clients(&self, request: Request<pb::ListClientsRequest>) -> Result<Response<pb::ClientList>, Status> {
+        use prost::Message as _;
         let r = request.into_inner();
         let now = std::time::Instant::now();
-        // The table is bounded (limits.max_clients): so is the answer.
-        let clients = self
+        let ago = |t: std::time::Instant| now.saturating_duration_since(t).as_millis() as u64;
+        // The table is bounded (limits.max_clients, MAX_CLIENT_TOPICS each),
+        // and the answer stops at MAX_CLIENT_LIST_BYTES.
+        let mut bytes = 0;
+        let mut truncated = false;
+        let mut clients = Vec::new();
+        let matching = self
             .broker
             .clients
             .all()
@@ -401,6 +407,7 @@ impl broker_server::Broker for BrokerService {
             .filter(|(_, c)| r.group.is_empty() || c.group.as_deref() == Some(r.group.as_str()))
             .filter(|(_, c)| r.topic.is_empty() || c.topics.contains(&r.topic))
             .map(|(id, c)| pb::ClientEntry {
+                waiting_receives: self.broker.long_polls.waiting_of(&id) as u32,
                 client_id: id,
                 client_type: match c.client_type {
                     crate::proto::rocketmq::v2::ClientType::Unspecified => String::new(),
@@ -410,14 +417,34 @@ impl broker_server::Broker for BrokerService {
                 language: c.language,
                 version: c.version,
                 address: c.peer.map(|ip| ip.to_string()).unwrap_or_default(),
-                last_heartbeat_ms_ago: now.saturating_duration_since(c.last_seen).as_millis() as u64,
+                last_heartbeat_ms_ago: ago(c.last_seen),
                 topics: c.topics,
                 telemetry: c.telemetry.is_some(),
-            })
-            .collect();
+                subscriptions: c
+                    .subscriptions
+                    .into_iter()
+                    .map(|s| pb::ClientSubscription {
+                        topic: s.topic,
+                        expression_type: s.expression_type,
+                        expression: s.expression,
+                    })
+                    .collect(),
+                received: c.received,
+                acked: c.acked,
+                last_receive_ms_ago: c.last_receive.map(ago),
+            });
+        for e in matching {
+            bytes += e.encoded_len();
+            if bytes > MAX_CLIENT_LIST_BYTES {
+                truncated = true;
+                break;
+            }
+            clients.push(e);
+        }
         Ok(Response::new(pb::ClientList {
             clients,
             node_id: self.broker.node.id,
+            truncated,
         }))
     }
 
@@ -445,6 +472,63 @@ impl broker_server::Broker for BrokerService {
         let (m, stored_ms) = crate::broker::held::read_local(&self.broker.node, id).map_err(Status::from)?;
         Ok(Response::new(pb::ReadHeldResponse {
             message: crate::broker::held::stored_bytes(&m, stored_ms),
+        }))
+    }
+
+    async fn set_writable(
+        &self,
+        request: Request<pb::SetWritableRequest>,
+    ) -> Result<Response<pb::SetWritableResponse>, Status> {
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    let was_writable = self.broker.set_writable_local(req.writable).await?;
+                    Ok(pb::SetWritableResponse { was_writable })
+                },
+                |mut c, r| async move { c.set_writable(r).await },
+            )
+            .await?;
+        Ok(Response::new(out))
+    }
+
+    async fn get_broker_config(
+        &self,
+        _request: Request<pb::GetBrokerConfigRequest>,
+    ) -> Result<Response<pb::BrokerConfigResponse>, Status> {
+        let entries = self
+            .broker
+            .config_entries()?
+            .into_iter()
+            .map(|e| pb::ConfigEntry {
+                key: e.key,
+                value: e.value,
+                runtime: e.runtime,
+            })
+            .collect();
+        Ok(Response::new(pb::BrokerConfigResponse {
+            node_id: self.broker.node.id,
+            entries,
+        }))
+    }
+
+    async fn update_broker_config(
+        &self,
+        request: Request<pb::UpdateBrokerConfigRequest>,
+    ) -> Result<Response<pb::UpdateBrokerConfigResponse>, Status> {
+        let r = request.into_inner();
+        let old_value = self.broker.update_config(&r.key, &r.value)?;
+        let new_value = self
+            .broker
+            .config_entries()?
+            .into_iter()
+            .find(|e| e.key == r.key)
+            .map(|e| e.value)
+            .unwrap_or_default();
+        Ok(Response::new(pb::UpdateBrokerConfigResponse {
+            node_id: self.broker.node.id,
+            old_value,
+            new_value,
         }))
     }
 
@@ -492,6 +576,9 @@ fn stored_to_pb(m: StoredMessage) -> pb::Message {
     to_pb(m.message, m.store_timestamp_ms, m.queue_offset)
 }
 
+/// Largest `ListClients` answer; a client's settings may name many topics.
+const MAX_CLIENT_LIST_BYTES: usize = 16 << 20;
+
 fn status_to_pb(s: NodeStatus) -> pb::StatusResponse {
     pb::StatusResponse {
         node_id: s.node_id,
@@ -514,5 +601,6 @@ fn status_to_pb(s: NodeStatus) -> pb::StatusResponse {
             .collect(),
         applied_log_digest: s.applied_log_digest,
         log_start_index: s.log_start_index,
+        writable: s.writable,
     }
 }

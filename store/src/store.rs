@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 
 use crate::commitlog::{CommitLog, LogSlice, RecordRef};
-use crate::config::StoreConfig;
+use crate::config::{RetentionConfig, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::error::{IoContext, Result, StoreError};
 use crate::key_index::KeyIndex;
@@ -51,7 +51,10 @@ pub trait Dispatcher {
 
 struct Inner {
     root: PathBuf,
+    /// As opened; `cfg.retention` is only the starting value of
+    /// `retention`, which may change while the store is open.
     cfg: StoreConfig,
+    retention: Mutex<RetentionConfig>,
     log: CommitLog,
     queues: QueueTable,
     index: KeyIndex,
@@ -107,6 +110,7 @@ impl Store {
         let inner = Arc::new(Inner {
             root: root.to_path_buf(),
             cfg: cfg.clone(),
+            retention: Mutex::new(cfg.retention.clone()),
             log,
             queues,
             index,
@@ -135,8 +139,20 @@ impl Store {
         &self.inner.root
     }
 
+    /// The config the store was opened with (see [`Store::retention`] for
+    /// the retention rules in force).
     pub fn config(&self) -> &StoreConfig {
         &self.inner.cfg
+    }
+
+    /// The retention rules in force.
+    pub fn retention(&self) -> RetentionConfig {
+        lock(&self.inner.retention).clone()
+    }
+
+    /// New retention rules, from the next retention run on.
+    pub fn set_retention(&self, cfg: RetentionConfig) {
+        *lock(&self.inner.retention) = cfg;
     }
 
     /// Whether the last stop was a crash.
@@ -268,17 +284,11 @@ impl Store {
         let usage = probe.usage(&inner.root)?;
         let segments = inner.log.segment_infos()?;
         let limit = limit.min(self.dispatched_offset());
-        let plan = retention::plan(
-            &inner.cfg.retention,
-            &segments,
-            usage,
-            now,
-            clock.local_hour(now),
-            limit,
-        );
+        let rules = self.retention();
+        let plan = retention::plan(&rules, &segments, usage, now, clock.local_hour(now), limit);
         inner.log.set_disk_full(
             plan.refuse_writes
-                .then_some((plan.disk_ratio * 100.0, inner.cfg.retention.disk_refuse_ratio * 100.0)),
+                .then_some((plan.disk_ratio * 100.0, rules.disk_refuse_ratio * 100.0)),
         );
         if plan.refuse_writes {
             tracing::error!(

@@ -176,6 +176,51 @@ impl Env {
         )
     }
 
+    /// `raftmq group status --json` summed up in one line:
+    /// `clients=N subscriptions=topic:TYPE:expr,.. received=R acked=A
+    /// consistent=B` (subscriptions sorted, distinct; counts summed over
+    /// the nodes).
+    fn consumer_status(&self, group: &str) -> String {
+        let (ok, out, err) = raftmq_cli(&[
+            "group",
+            "status",
+            "--group",
+            group,
+            "--json",
+            "--namesrv",
+            &self.namesrv.addr,
+        ]);
+        assert!(ok, "raftmq group status failed: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let clients = v["clients"].as_array().unwrap();
+        let mut subs: Vec<String> = clients
+            .iter()
+            .flat_map(|c| c["subscriptions"].as_array().unwrap().iter())
+            .map(|s| {
+                format!(
+                    "{}:{}:{}",
+                    s[0].as_str().unwrap(),
+                    s[1].as_str().unwrap(),
+                    s[2].as_str().unwrap()
+                )
+            })
+            .collect();
+        subs.sort();
+        subs.dedup();
+        let sum = |key: &str| clients.iter().map(|c| c[key].as_u64().unwrap()).sum::<u64>();
+        let mut ids: Vec<&str> = clients.iter().filter_map(|c| c["client_id"].as_str()).collect();
+        ids.sort();
+        ids.dedup();
+        format!(
+            "clients={} subscriptions={} received={} acked={} consistent={}",
+            ids.len(),
+            subs.join(","),
+            sum("received"),
+            sum("acked"),
+            v["subscriptions_consistent"]
+        )
+    }
+
     /// A follower's client address in group `test`: an access point that
     /// forwards what it cannot do itself, and outlives a leader crash.
     pub async fn follower(&mut self) -> String {
@@ -248,6 +293,12 @@ impl Env {
                         &["topic", "producers", "--topic", name]
                     };
                     let reply = self.connections(args);
+                    writeln!(stdin, "{reply}").unwrap();
+                    stdin.flush().unwrap();
+                }
+                // "@@status <group>": what `raftmq group status` says.
+                other if other.starts_with("@@status ") => {
+                    let reply = self.consumer_status(&other["@@status ".len()..]);
                     writeln!(stdin, "{reply}").unwrap();
                     stdin.flush().unwrap();
                 }

@@ -110,6 +110,11 @@ async function simple(args) {
     check(/types=SIMPLE_CONSUMER languages=NODE_JS versions=1\.0\.8/.test(consumers), `the consumer is listed: ${consumers}`);
     const producers = await askDriver(`producers ${args.topic}`);
     check(/types=PRODUCER languages=NODE_JS/.test(producers), `the producer is listed: ${producers}`);
+    // mqadmin's consumerStatus: its subscription, and what it consumed.
+    const status = await askDriver(`status ${args.group}`);
+    const counts = /clients=1 subscriptions=(\S+) received=(\d+) acked=(\d+) consistent=true/.exec(status);
+    check(counts && counts[1] === `${args.topic}:TAG:*`, `the subscription is listed: ${status}`);
+    check(counts && Number(counts[2]) >= 20 && Number(counts[3]) >= 20, `its receives and acks are counted: ${status}`);
     const bodies = new Set(got.map(m => m.body.toString()));
     check([...sent.keys()].every(b => bodies.has(b)), 'every sent message received');
     const s3 = got.find(m => m.body.toString() === 's3');

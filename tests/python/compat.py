@@ -13,6 +13,7 @@ Usage: compat.py SCENARIO --endpoints HOST:PORT[;HOST:PORT...] [options]
 import argparse
 import contextlib
 import json
+import re
 import sys
 import threading
 import time
@@ -130,6 +131,11 @@ def producer_and_simple_consumer(args):
             check(m.tag == "A" and m.keys and m.properties.get("n") is not None, "tag, keys and properties arrive")
             check(m.delivery_attempt == 1, "first delivery has attempt 1")
             check(not m.corrupted, "body digest verified by the client")
+            # mqadmin's consumerStatus: its subscription, and what it consumed.
+            status = ask_driver("status " + args.group + "-tags")
+            counts = re.search(r"clients=1 subscriptions=(\S+) received=(\d+) acked=(\d+) consistent=true", status)
+            check(counts and counts.group(1) == topic + ":TAG:A", "the subscription is listed: " + status)
+            check(counts and int(counts.group(2)) >= 5 and int(counts.group(3)) >= 5, "receives and acks counted: " + status)
         finally:
             c.shutdown()
 

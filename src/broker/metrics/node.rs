@@ -98,6 +98,12 @@ impl prometheus_client::collector::Collector for RaftCollector {
             "On the leader: log entries a follower has yet to acknowledge",
             lag,
         )?;
+        gauge(
+            &mut e,
+            "group_writable",
+            "1 while producers may send to the group, 0 while its write permission is wiped for maintenance",
+            if node.sm.writable() { 1.0 } else { 0.0 },
+        )?;
 
         let log = node.store.commitlog();
         if let Ok(u) = raftmq_store::retention::StatvfsProbe.usage(node.store.root()) {
@@ -108,7 +114,7 @@ impl prometheus_client::collector::Collector for RaftCollector {
                 u.ratio(),
             )?;
         }
-        let r = &node.store.config().retention;
+        let r = &node.store.retention();
         gauges(
             &mut e,
             "disk_watermark_ratio",

@@ -25,6 +25,9 @@ pub(super) async fn receive_message(
 ) -> Vec<v2::ReceiveMessageResponse> {
     let client_deadline = grpc_timeout(request.metadata());
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
+    // Counted where the client sent it, not again where it was forwarded.
+    let counted = !crate::grpc::is_forwarded(request.metadata());
+    let peer = request.remote_addr().map(|a| a.ip());
     // Held while the receive waits, here and (forwarded) on the leader.
     let out = match svc.broker.long_polls.acquire(&client) {
         Ok(_slot) => {
@@ -38,7 +41,16 @@ pub(super) async fn receive_message(
         Err(e) => Err(e),
     };
     match out {
-        Ok(items) => items,
+        Ok(items) => {
+            let n = items
+                .iter()
+                .filter(|i| matches!(i.content, Some(v2::receive_message_response::Content::Message(_))))
+                .count();
+            if counted {
+                svc.broker.clients.consumed(&client, peer, n as u64, 0);
+            }
+            items
+        }
         Err(e) => vec![v2::ReceiveMessageResponse {
             content: Some(v2::receive_message_response::Content::Status(e.v2_status())),
         }],
@@ -50,6 +62,9 @@ pub(super) async fn ack_message(
     request: Request<v2::AckMessageRequest>,
 ) -> Result<Response<v2::AckMessageResponse>, Status> {
     let n = request.get_ref().entries.len();
+    let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
+    let counted = !crate::grpc::is_forwarded(request.metadata());
+    let peer = request.remote_addr().map(|a| a.ip());
     let out = svc
         .on_leader(
             request,
@@ -95,7 +110,17 @@ pub(super) async fn ack_message(
         )
         .await;
     Ok(Response::new(match out {
-        Ok(r) => r,
+        Ok(r) => {
+            let acked = r
+                .entries
+                .iter()
+                .filter(|e| e.status.as_ref().is_some_and(|s| s.code == Code::Ok as i32))
+                .count();
+            if counted {
+                svc.broker.clients.consumed(&client, peer, 0, acked as u64);
+            }
+            r
+        }
         Err(e) => v2::AckMessageResponse {
             status: Some(e.v2_status()),
             entries: (0..n.max(1))
@@ -192,16 +217,17 @@ async fn receive_local(
     let group = group_name(req.group.as_ref())?;
     let QueueRef { topic, namespace, id } = QueueRef::of(req.message_queue.as_ref())?;
     let filter = Filter::of_v2(req.filter_expression.as_ref())?;
+    let live = svc.broker.live();
     let invisible = invisible_time(
         req.invisible_duration.as_ref(),
-        Duration::from_millis(svc.broker.cfg.default_invisible_ms),
-        Duration::from_millis(svc.broker.cfg.min_invisible_ms),
+        Duration::from_millis(live.default_invisible_ms),
+        Duration::from_millis(live.min_invisible_ms),
     )?;
     let wait = match req.long_polling_timeout.as_ref() {
         Some(d) => from_duration(d).ok_or_else(|| {
             BrokerError::Refused(Code::IllegalPollingTime, "the long polling timeout is negative".into())
         })?,
-        None => Duration::from_millis(svc.broker.cfg.long_polling_timeout_ms),
+        None => Duration::from_millis(live.long_polling_timeout_ms),
     };
     let batch = if req.batch_size <= 0 {
         32
@@ -216,6 +242,7 @@ async fn receive_local(
         invisible,
         first_queue: id.max(0) as u32,
         deadline: poll_deadline(wait, client_deadline),
+        max_bytes: live.limits.max_response_bytes,
     };
     let started = std::time::Instant::now();
     let delivered = svc.broker.popper.receive(&r).await?;

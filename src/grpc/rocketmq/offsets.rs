@@ -185,7 +185,7 @@ async fn pull_local(
         let mut next = start;
         let mut out = Vec::new();
         let mut body_bytes = 0;
-        let mut budget = ResponseBudget::new(svc.broker.cfg.limits.max_response_bytes);
+        let mut budget = ResponseBudget::new(svc.broker.live().limits.max_response_bytes);
         while next < max && (out.len() as u64) < batch && next - start < 1024 {
             let q = next;
             let Ok((unit, bytes)) = store.message(&topic, queue_id, q) else {

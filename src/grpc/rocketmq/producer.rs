@@ -111,6 +111,7 @@ async fn send_local(
             "a send needs at least one message".into(),
         ));
     }
+    svc.broker.check_group_writable()?;
     let n = req.messages.len();
     // A request's messages without a message group share one queue.
     let rr = svc.next_queue.fetch_add(1, Ordering::Relaxed);
@@ -120,7 +121,7 @@ async fn send_local(
     let mut halves: Vec<(usize, ToHold)> = Vec::new();
     let mut ids = Vec::with_capacity(n);
     let limits = Limits {
-        max_body: svc.broker.cfg.max_body_bytes,
+        max_body: svc.broker.live().max_body_bytes,
         now_ms: now_ms(),
         max_delay_ms: svc.broker.cfg.timer.max_delay_ms,
         delay_levels_ms: &svc.delay_levels_ms,

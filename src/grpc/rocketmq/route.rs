@@ -81,7 +81,7 @@ fn local(broker: &Broker, t: &TopicConfig) -> GroupQueues {
         group: broker.cfg.group.clone(),
         read_queues: t.read_queues,
         write_queues: t.write_queues,
-        perm: t.perm,
+        perm: broker.route_perm(t),
         message_type: t.message_type,
         endpoints: broker.group_client_addrs(),
     }
@@ -273,7 +273,7 @@ async fn route_groups(svc: &MessagingService, topic: &str) -> Result<Vec<GroupQu
     if !groups.is_empty() {
         return Ok(groups);
     }
-    if !svc.broker.cfg.auto_create_topics {
+    if !svc.broker.live().auto_create_topics {
         return Err(BrokerError::TopicNotFound(topic.to_string()));
     }
     auto_create_topic(svc, topic).await?;
@@ -283,7 +283,7 @@ async fn route_groups(svc: &MessagingService, topic: &str) -> Result<Vec<GroupQu
 /// Creates a topic on first use (when `auto_create_topics` is on), on the
 /// leader of this node's group.
 async fn auto_create_topic(svc: &MessagingService, topic: &str) -> Result<(), BrokerError> {
-    let queues = svc.broker.cfg.auto_create_topic_queues;
+    let queues = svc.broker.live().auto_create_topic_queues;
     match svc.broker.leader_client().await? {
         None => {
             svc.broker

@@ -179,10 +179,15 @@ impl MessagingService {
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let started = std::time::Instant::now();
+        // A forwarded call was counted at the node the client called.
+        let forwarded = crate::grpc::is_forwarded(r.metadata());
         let out = match self.admit(&r) {
             Ok(()) => handler(r).await,
             Err(e) => Ok(Response::new(T::refused(e.v2_status()))),
         };
+        if forwarded {
+            return out;
+        }
         let code = match &out {
             Ok(answer) => Code::try_from(answer.get_ref().code()).map_or("UNKNOWN", |c| c.as_str_name()),
             // Not understood at all: no v2 code.

@@ -10,6 +10,7 @@ use tonic::Streaming;
 use tonic::{Request, Response, Status};
 
 use super::service::*;
+use crate::broker::clients::{MAX_CLIENT_TOPICS, Subscription};
 use crate::broker::pop;
 use crate::grpc::header;
 use crate::proto::rocketmq::v2;
@@ -83,8 +84,28 @@ pub(super) async fn telemetry(
                 Some(v2::settings::PubSub::Publishing(p)) => Some(p.topics.iter().map(|t| t.name.clone()).collect()),
                 _ => None,
             };
+            let subscribed: Option<Vec<Subscription>> = match &s.pub_sub {
+                Some(v2::settings::PubSub::Subscription(sub)) => Some(
+                    sub.subscriptions
+                        .iter()
+                        .take(MAX_CLIENT_TOPICS)
+                        .map(|e| {
+                            let sql = e
+                                .expression
+                                .as_ref()
+                                .is_some_and(|x| x.r#type == v2::FilterType::Sql as i32);
+                            Subscription {
+                                topic: e.topic.as_ref().map(|t| t.name.clone()).unwrap_or_default(),
+                                expression_type: if sql { "SQL" } else { "TAG" }.to_string(),
+                                expression: e.expression.as_ref().map(|x| x.expression.clone()).unwrap_or_default(),
+                            }
+                        })
+                        .collect(),
+                ),
+                _ => None,
+            };
             let config = group.as_deref().map(|g| broker.popper.group_or_default(g));
-            let reply = crate::grpc::rocketmq::settings::effective(&s, &broker.cfg, config.as_ref());
+            let reply = crate::grpc::rocketmq::settings::effective(&s, &broker.live(), config.as_ref());
             // The settings' user agent names the library better than the
             // header does (the Node.js client's header says HTTP).
             let (language, version) = match &s.user_agent {
@@ -101,6 +122,10 @@ pub(super) async fn telemetry(
                 .seen(&id, peer, client_type, group, &language, &version)
                 .and_then(|()| match published {
                     Some(topics) => clients.publishes(&id, peer, topics),
+                    None => Ok(()),
+                })
+                .and_then(|()| match subscribed {
+                    Some(subs) => clients.subscribes(&id, peer, subs),
                     None => Ok(()),
                 })
                 .and_then(|()| clients.attach(&id, peer, stream_id, tx.clone()));

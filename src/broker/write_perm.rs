@@ -1,0 +1,57 @@
+//! Taking a broker group out of writes for maintenance and back
+//! (mqadmin's wipeWritePerm and addWritePerm).
+//!
+//! The flag is replicated state ([`AdminCommand::SetWritable`]): set
+//! through the leader, kept in snapshots, so every node (and whichever
+//! leads after a failover or restart) agrees. While it is set:
+//! - routes show the group's queues without write permission, both the
+//!   NameServer's (from the heartbeat, sent at once on the change) and a
+//!   broker's own answer, so clients send to the other groups;
+//! - a producer's send that reaches the group anyway is refused with
+//!   `FORBIDDEN`, nothing stored;
+//! - what is already stored goes on: receives, acks, retries, dead
+//!   letters, due timers and transaction commits.
+
+use raftmq_raft::command::{AdminCommand, PERM_WRITE, TopicConfig};
+
+use crate::broker::Broker;
+use crate::error::BrokerError;
+use crate::proto::rocketmq::v2::Code;
+
+impl Broker {
+    /// Sets whether producers may send to the group; answers whether they
+    /// could before. Runs on the leader.
+    pub async fn set_writable_local(&self, writable: bool) -> Result<bool, BrokerError> {
+        self.node.linearizable().await?;
+        let before = self.node.sm.writable();
+        if before != writable {
+            let cmd = AdminCommand::SetWritable { writable };
+            self.node.write(raftmq_raft::Command::admin(&cmd)).await?;
+        }
+        Ok(before)
+    }
+
+    /// The permission a route gives `t`'s queues in this group: the
+    /// topic's own, without write while the group is out of writes.
+    pub fn route_perm(&self, t: &TopicConfig) -> u32 {
+        match self.node.sm.writable() {
+            true => t.perm,
+            false => t.perm & !PERM_WRITE,
+        }
+    }
+
+    /// Refuses a producer's send while the group is out of writes.
+    pub fn check_group_writable(&self) -> Result<(), BrokerError> {
+        if self.node.sm.writable() {
+            return Ok(());
+        }
+        Err(BrokerError::Refused(
+            Code::Forbidden,
+            format!(
+                "broker group {} takes no sends: its write permission is wiped for maintenance \
+                 (raftmq cluster add-write-perm --broker {} restores it)",
+                self.cfg.group, self.cfg.group
+            ),
+        ))
+    }
+}
