@@ -29,19 +29,25 @@ fn ok(args: &[&str]) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn admin_commands_against_a_real_cluster() {
-    let dir = tempfile::tempdir().unwrap();
-    let ns = Namesrv::start(dir.path(), "ns", 120_000);
+/// A NameServer and a three-node group `test` registered with it (every
+/// 200 ms), with a leader; and the group's nodes as one access point list.
+async fn start(dir: &std::path::Path) -> (Namesrv, Cluster, String) {
+    let ns = Namesrv::start(dir, "ns", 120_000);
     let extra = format!(
         "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 200\n",
         ns.addr
     );
-    let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
+    let mut cluster = Cluster::start_with(dir, 3, "async", &extra);
     cluster.leader().await;
-    let n = ns.addr.as_str();
     let access: Vec<String> = cluster.nodes.iter().map(|n| n.client_addr.clone()).collect();
-    let access = access.join(";");
+    (ns, cluster, access.join(";"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_commands_against_a_real_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, mut cluster, access) = start(dir.path()).await;
+    let n = ns.addr.as_str();
 
     ok(&["topic", "create", "--namesrv", n, "--topic", "Cli", "--queues", "2"]);
     let out = ok(&[
@@ -658,16 +664,9 @@ async fn route_permissions(cluster: &Cluster, id: u64, topic: &str) -> Vec<i32> 
 #[tokio::test(flavor = "multi_thread")]
 async fn write_permission_and_runtime_config() {
     let dir = tempfile::tempdir().unwrap();
-    let ns = Namesrv::start(dir.path(), "ns", 120_000);
-    let extra = format!(
-        "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 200\n",
-        ns.addr
-    );
-    let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
+    let (ns, mut cluster, access) = start(dir.path()).await;
     let leader = cluster.leader().await;
     let n = ns.addr.as_str();
-    let access: Vec<String> = cluster.nodes.iter().map(|n| n.client_addr.clone()).collect();
-    let access = access.join(";");
     ok(&["topic", "create", "--namesrv", n, "--topic", "Maint", "--queues", "2"]);
     ok(&["produce", "--endpoint", &access, "--topic", "Maint", "--count", "3"]);
     assert!(
