@@ -352,7 +352,11 @@ pub fn raftmq_cli(args: &[&str]) -> (bool, String, String) {
 }
 
 /// `GET /metrics` from `addr`; the samples as (name with labels, value).
+/// Waits for the port first: a node opens it just after its gRPC port,
+/// which is all start-up waits for (a loaded CI machine once scraped in
+/// between and was refused).
 pub fn scrape(addr: &str) -> Vec<(String, f64)> {
+    wait_listening(addr);
     let (code, body) = http_get(addr, "/metrics");
     assert_eq!(code, 200, "{body}");
     body.lines()
