@@ -30,6 +30,7 @@ fn clients(addrs: &[String]) -> Vec<(String, NameServerClient<Channel>)> {
 /// This node's heartbeat, from its Raft metrics and replicated metadata.
 pub fn heartbeat(broker: &Broker) -> Option<pb::BrokerHeartbeat> {
     let s = broker.status(false).ok()?;
+    let mask = broker.route_perm_mask();
     let topics = broker
         .node
         .sm
@@ -38,7 +39,7 @@ pub fn heartbeat(broker: &Broker) -> Option<pb::BrokerHeartbeat> {
         // Clients may not use the held-message topics: no routes to them.
         .filter(|t| !raftmq_raft::held::is_system_topic(&t.name))
         .map(|t| pb::TopicData {
-            perm: broker.route_perm(&t),
+            perm: t.perm & mask,
             name: t.name,
             read_queues: t.read_queues,
             write_queues: t.write_queues,

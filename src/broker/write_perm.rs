@@ -12,7 +12,7 @@
 //! - what is already stored goes on: receives, acks, retries, dead
 //!   letters, due timers and transaction commits.
 
-use raftmq_raft::command::{AdminCommand, PERM_WRITE, TopicConfig};
+use raftmq_raft::command::{AdminCommand, PERM_READ, PERM_WRITE};
 
 use crate::broker::Broker;
 use crate::error::BrokerError;
@@ -31,12 +31,13 @@ impl Broker {
         Ok(before)
     }
 
-    /// The permission a route gives `t`'s queues in this group: the
-    /// topic's own, without write while the group is out of writes.
-    pub fn route_perm(&self, t: &TopicConfig) -> u32 {
+    /// The permission bits a route may give this group's queues: a
+    /// topic's own perm, masked, is what routes show (without write while
+    /// the group is out of writes). One read of the flag for all topics.
+    pub fn route_perm_mask(&self) -> u32 {
         match self.node.sm.writable() {
-            true => t.perm,
-            false => t.perm & !PERM_WRITE,
+            true => PERM_READ | PERM_WRITE,
+            false => PERM_READ,
         }
     }
 

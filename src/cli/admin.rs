@@ -7,9 +7,8 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Subcommand;
 use raftmq_raft::command::TopicMessageType;
-use tonic::transport::Channel;
 
-use super::connect::{ask, channel, group_endpoints};
+use super::connect::{ask, broker_client, channel, group_endpoints};
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
 
@@ -237,17 +236,6 @@ fn describe_topic(t: &pb::TopicData) -> String {
         t.perm,
         t.message_type
     )
-}
-
-/// A `raftmq.v1.Broker` client for a broker group (any node; followers
-/// forward to the leader).
-async fn broker_client(namesrv: &str, broker: &str) -> anyhow::Result<BrokerClient<Channel>> {
-    let (_, addr) = group_endpoints(namesrv, Some(broker))
-        .await?
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("no broker group named {broker}"))?;
-    Ok(BrokerClient::new(channel(&addr)?))
 }
 
 pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {

@@ -10,7 +10,7 @@
 use anyhow::bail;
 use serde::Serialize;
 
-use crate::cli::connect::{ask, channel, group_endpoints};
+use crate::cli::connect::{ask, channel};
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
 
@@ -153,12 +153,8 @@ pub async fn update(a: UpdateConfigArgs) -> anyhow::Result<()> {
 }
 
 pub async fn set_writable(a: WritePermArgs, writable: bool) -> anyhow::Result<()> {
-    let (_, addr) = group_endpoints(&a.namesrv, Some(&a.broker))
+    let r = super::connect::broker_client(&a.namesrv, &a.broker)
         .await?
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("no broker group named {}", a.broker))?;
-    let r = BrokerClient::new(channel(&addr)?)
         .set_writable(pb::SetWritableRequest { writable })
         .await
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?

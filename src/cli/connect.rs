@@ -79,3 +79,17 @@ pub async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow::Resul
     }
     Ok(groups.into_iter().collect())
 }
+
+/// A `raftmq.v1.Broker` client for a broker group (any node; followers
+/// forward to the leader).
+pub async fn broker_client(
+    namesrv: &str,
+    broker: &str,
+) -> anyhow::Result<crate::proto::pb::broker_client::BrokerClient<Channel>> {
+    let (_, addr) = group_endpoints(namesrv, Some(broker))
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("no broker group named {broker}"))?;
+    Ok(crate::proto::pb::broker_client::BrokerClient::new(channel(&addr)?))
+}

@@ -81,7 +81,7 @@ fn local(broker: &Broker, t: &TopicConfig) -> GroupQueues {
         group: broker.cfg.group.clone(),
         read_queues: t.read_queues,
         write_queues: t.write_queues,
-        perm: broker.route_perm(t),
+        perm: t.perm & broker.route_perm_mask(),
         message_type: t.message_type,
         endpoints: broker.group_client_addrs(),
     }
