@@ -70,6 +70,9 @@ struct Inner {
     /// (after a snapshot install, say) must not delete messages that
     /// retention would keep.
     delete_floor: std::sync::atomic::AtomicU64,
+    /// Set at open when the log ends before the index it knew committed
+    /// (damage cut it short): that index. See [`LogStore::lost_up_to`].
+    lost_up_to: Option<u64>,
 }
 
 /// The Raft log of one node. Cloning gives another handle (openraft's log
@@ -99,17 +102,96 @@ impl LogStore {
             store.recovered_from_crash(),
         )
         .map_err(io_err)?;
-        let log = LogStore {
+        let mut log = LogStore {
             inner: Arc::new(Inner {
                 store,
                 index,
                 meta,
                 write: Mutex::new(()),
                 delete_floor: std::sync::atomic::AtomicU64::new(0),
+                lost_up_to: None,
             }),
         };
         log.reconcile_index()?;
+        if let Err(why) = log.check_index() {
+            tracing::error!(%why, "the log index is damaged; rebuilding it from the commitlog");
+            log.inner.index.truncate(log.inner.index.min_offset()).map_err(io_err)?;
+            log.reconcile_index()?;
+            log.check_index()
+                .map_err(|why| invalid(format!("the rebuilt log index is still wrong: {why}")))?;
+        }
+        let committed = log.inner.meta.committed().map(|c| c.index);
+        let last = log.last_log_id()?.map(|l| l.index);
+        if let Some(c) = committed.filter(|&c| last.is_none_or(|l| l < c)) {
+            tracing::error!(
+                committed = c,
+                last = ?last,
+                "the log ends before the index it had committed: entries were lost to damage. \
+                 This node catches up from the leader and neither votes nor campaigns until it has them again"
+            );
+            Arc::get_mut(&mut log.inner).expect("not shared yet").lost_up_to = Some(c);
+        }
         Ok(log)
+    }
+
+    /// The committed index this node had before damage cut its log short,
+    /// if that happened: until its log holds that index again, its vote
+    /// could elect a leader that lacks entries this node helped commit, so
+    /// it must not vote or campaign (see `RaftNode::start`).
+    pub fn lost_up_to(&self) -> Option<u64> {
+        self.inner.lost_up_to
+    }
+
+    /// Checks the log index's units against each other and against the
+    /// records at its ends: each record starts where the one before ended
+    /// (or at the start of the next segment), terms never decrease, and the
+    /// first and last units name the records they point at. A unit that
+    /// damage changed fails one of these, and then the whole index is
+    /// rebuilt from the CommitLog (which is CRC-checked).
+    fn check_index(&self) -> Result<(), String> {
+        let (first, end) = self.bounds();
+        if first >= end {
+            return Ok(());
+        }
+        let segment = self.inner.store.commitlog().config().segment_size;
+        let unit = |i: u64| self.inner.index.get(i).map_err(|e| format!("unit {i}: {e}"));
+        let mut prev = unit(first)?;
+        for i in first + 1..end {
+            let u = unit(i)?;
+            let after = prev.phys + u64::from(prev.size);
+            let next_segment = (prev.phys / segment + 1) * segment;
+            if (u.phys != after && u.phys != next_segment) || u.tag_hash < prev.tag_hash || u.size == 0 {
+                return Err(format!(
+                    "unit {i} (offset {}, {} bytes, term {}) does not follow unit {} (offset {}, {} bytes, term {})",
+                    u.phys,
+                    u.size,
+                    u.tag_hash,
+                    i - 1,
+                    prev.phys,
+                    prev.size,
+                    prev.tag_hash
+                ));
+            }
+            prev = u;
+        }
+        for i in [first, end - 1] {
+            let u = unit(i)?;
+            let r = self
+                .inner
+                .store
+                .commitlog()
+                .read(u.phys)
+                .map_err(|e| format!("unit {i}: {e}"))?;
+            if r.meta().index != i || r.meta().term != u.tag_hash || r.encoded().len() != u.size as usize {
+                return Err(format!(
+                    "unit {i} points at the record of entry {} (term {}, {} bytes)",
+                    r.meta().index,
+                    r.meta().term,
+                    r.encoded().len()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Makes the log index agree with the CommitLog: drops units past the
@@ -270,7 +352,7 @@ impl LogStore {
     ) -> io::Result<()> {
         let _w = self.write_lock();
         self.inner.store.reset(next_phys, queues).map_err(io_err)?;
-        self.inner.meta.save_purged(Some(last))?;
+        self.inner.meta.save_purged(last)?;
         self.inner.index.reset(last.index + 1).map_err(io_err)
     }
 
@@ -369,7 +451,7 @@ impl LogStore {
         let _w = self.write_lock();
         // Record the purge first: once it is durable the entries are gone
         // for openraft, whatever happens to the files.
-        self.inner.meta.save_purged(Some(upto))?;
+        self.inner.meta.save_purged(upto)?;
         let index = &self.inner.index;
         let keep = upto.index + 1;
         let keep_phys = if keep < index.max_offset() {
@@ -455,7 +537,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // The saved id may lag; everything below the dispatch mark was
         // applied, so it is committed too. Reporting it makes a restart
         // replay up to there (and never truncate below it).
-        Ok(self.inner.meta.committed().max(self.dispatched_log_id()?))
+        let committed = self.inner.meta.committed().max(self.dispatched_log_id()?);
+        // A log cut short by damage has lost entries it had committed (see
+        // `lost_up_to`): it reports only what it still has, and the leader
+        // sends the rest.
+        let last = self.last_log_id()?;
+        if committed.is_some_and(|c| last.is_none_or(|l| l.index < c.index)) {
+            return Ok(last);
+        }
+        Ok(committed)
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>

@@ -97,14 +97,14 @@ impl NodeConfig {
             // The log is the message store: it is purged by retention (which
             // calls `purge_log`), never just because a snapshot exists.
             max_in_snapshot_log_to_keep: u64::MAX,
-            // With async flush a follower acknowledges appends before they
-            // are on disk, so a power loss can take its log back below what
-            // the leader counted on. openraft treats that as a bug and stops
-            // replicating to the node for good (the jepsen power nemesis
-            // left a follower 1335 entries behind, never caught up); in this
-            // mode it is the documented trade-off, and re-replicating is the
-            // repair. With sync flush a reverted log would be a real bug.
-            allow_log_reversion: Some(self.store.flush_mode == raftmq_store::FlushMode::Async),
+            // A follower's log can go back below what the leader counted
+            // on: with async flush a power loss takes acknowledged appends
+            // (the documented trade-off), and in either mode damage on disk
+            // cuts a log short (`LogStore::lost_up_to`). openraft treats that
+            // as a bug and stops replicating to the node for good (the jepsen
+            // power nemesis left a follower 1335 entries behind, never caught
+            // up); re-replicating is the repair.
+            allow_log_reversion: Some(true),
             ..Default::default()
         }
         .validate()
@@ -128,6 +128,21 @@ pub struct RaftNode {
     raft_addr: std::net::SocketAddr,
 }
 
+/// Opens the store (recovering it after a crash), the Raft log over it
+/// and the state machine.
+async fn open_storage(cfg: &NodeConfig) -> Result<(Store, LogStore, StateMachine), RaftError> {
+    let store = tokio::task::spawn_blocking({
+        let (dir, sc) = (cfg.data_dir.clone(), cfg.store.clone());
+        move || Store::open(&dir, &sc)
+    })
+    .await
+    .map_err(|e| RaftError::Fatal(e.to_string()))??;
+    let raft_dir = cfg.data_dir.join("raft");
+    let log = LogStore::open(store.clone(), &raft_dir)?;
+    let sm = StateMachine::open(log.clone(), &raft_dir)?;
+    Ok((store, log, sm))
+}
+
 impl RaftNode {
     /// Opens the node's storage (recovering it after a crash), starts Raft
     /// and the transport, and initializes the group if this is its
@@ -137,16 +152,22 @@ impl RaftNode {
             .await
             .map_err(|e| RaftError::Invalid(format!("cannot listen on {}: {e}", cfg.raft_listen)))?;
         let raft_addr = listener.local_addr()?;
-        let store = tokio::task::spawn_blocking({
-            let (dir, sc) = (cfg.data_dir.clone(), cfg.store.clone());
-            move || Store::open(&dir, &sc)
-        })
-        .await
-        .map_err(|e| RaftError::Fatal(e.to_string()))??;
-        let raft_dir = cfg.data_dir.join("raft");
-        let log = LogStore::open(store.clone(), &raft_dir)?;
-        let sm = StateMachine::open(log.clone(), &raft_dir)?;
-        let config = Arc::new(cfg.openraft_config()?);
+        let (store, log, sm) = match open_storage(&cfg).await {
+            Err(e) if crate::quarantine::is_damage(&e) => {
+                let to = crate::quarantine::set_aside(&cfg.data_dir)?;
+                tracing::error!(error = %e, quarantine = %to.display(),
+                    "the store is damaged beyond what recovery cuts; set it aside, starting empty to be sent the log again");
+                open_storage(&cfg).await?
+            }
+            r => r?,
+        };
+        let mut config = cfg.openraft_config()?;
+        // Lost committed entries: no campaign until they are back.
+        let catching_up = crate::catching_up::CatchingUp::new(log.lost_up_to());
+        if catching_up.target().is_some() {
+            config.enable_elect = false;
+        }
+        let config = Arc::new(config);
         let raft = Raft::new(
             cfg.node_id,
             config,
@@ -161,7 +182,7 @@ impl RaftNode {
         // A few streams per peer: replication, heartbeats, votes, snapshots;
         // a few connections per peer, with room for reconnects.
         let router = crate::serve::builder(64)
-            .add_service(RaftService::new(raft.clone(), &cfg.group, cfg.node_id).into_server());
+            .add_service(RaftService::new(raft.clone(), &cfg.group, cfg.node_id, catching_up.clone()).into_server());
         let server = crate::serve::spawn(listener, router, stopped, "raft transport", RAFT_MAX_CONNECTIONS);
 
         let node = Arc::new(RaftNode {
@@ -176,6 +197,9 @@ impl RaftNode {
         });
         if cfg.bootstrap {
             node.bootstrap(&cfg).await?;
+        }
+        if let Some(target) = catching_up.target() {
+            node.clone().spawn_catch_up(target, catching_up);
         }
         if let Some(preferred) = cfg.preferred_leader {
             node.clone().spawn_preferred_leader(preferred);
@@ -404,6 +428,28 @@ impl RaftNode {
 
     /// While this node leads, hands leadership to `preferred` whenever that
     /// node is a voter whose log has caught up with the leader's.
+    /// Gives a node that lost committed entries to damage its vote back
+    /// once it has applied up to `target` again (from the leader).
+    fn spawn_catch_up(self: Arc<Self>, target: u64, catching_up: crate::catching_up::CatchingUp) {
+        let mut stopped = self.stop.subscribe();
+        let mut metrics = self.raft.metrics();
+        tokio::spawn(async move {
+            loop {
+                let applied = metrics.borrow_and_update().last_applied.map(|l| l.index);
+                if applied.is_some_and(|a| a >= target) {
+                    catching_up.done();
+                    self.raft.runtime_config().elect(true);
+                    tracing::info!(target, "caught up with the entries lost to damage; voting again");
+                    return;
+                }
+                tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => return,
+                    r = metrics.changed() => if r.is_err() { return },
+                }
+            }
+        });
+    }
+
     fn spawn_preferred_leader(self: Arc<Self>, preferred: NodeId) {
         let mut stopped = self.stop.subscribe();
         tokio::spawn(async move {

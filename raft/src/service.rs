@@ -8,6 +8,7 @@ use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::Raft;
+use crate::catching_up::CatchingUp;
 use crate::network::{GROUP_HEADER, TARGET_HEADER};
 use crate::pb::raft_server;
 use crate::state_machine::MAX_SNAPSHOT_BYTES;
@@ -22,15 +23,17 @@ pub struct RaftService {
     /// One snapshot is received at a time: each buffers up to
     /// [`MAX_SNAPSHOT_BYTES`] (a group has one leader sending them).
     installs: Arc<tokio::sync::Semaphore>,
+    catching_up: CatchingUp,
 }
 
 impl RaftService {
-    pub fn new(raft: Raft, group: &str, node_id: u64) -> RaftService {
+    pub fn new(raft: Raft, group: &str, node_id: u64, catching_up: CatchingUp) -> RaftService {
         RaftService {
             raft,
             group: group.to_string(),
             node_id,
             installs: Arc::new(tokio::sync::Semaphore::new(1)),
+            catching_up,
         }
     }
 
@@ -100,6 +103,14 @@ impl raft_server::Raft for RaftService {
 
     async fn vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
         self.check(&request)?;
+        // Its log may lack entries it helped commit: a vote from it could
+        // elect a leader without them.
+        if let Some(target) = self.catching_up.target() {
+            return Err(Status::unavailable(format!(
+                "node {} lost committed entries to damage and votes again once it has applied index {target}",
+                self.node_id
+            )));
+        }
         let req = wire::vote_req_from_pb(request.into_inner()).map_err(bad)?;
         let resp = self
             .raft

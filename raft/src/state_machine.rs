@@ -595,19 +595,30 @@ fn apply_batch(
     })
 }
 
-fn read_snapshot(dir: &Path) -> io::Result<Option<SnapshotContent>> {
-    match fs::read(dir.join(SNAPSHOT_FILE)) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{SNAPSHOT_FILE}: {e}"))),
+/// The snapshot file's JSON, its CRC checked (the file is laid out as the
+/// Raft metadata files are: `crate::raft_meta`).
+fn read_snapshot_json(dir: &Path) -> io::Result<Option<Vec<u8>>> {
+    let path = dir.join(SNAPSHOT_FILE);
+    match fs::read(&path) {
+        Ok(bytes) => Ok(Some(crate::raft_meta::verified(&path, &bytes)?.to_vec())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }
 
+fn read_snapshot(dir: &Path) -> io::Result<Option<SnapshotContent>> {
+    read_snapshot_json(dir)?
+        .map(|json| {
+            serde_json::from_slice(&json)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{SNAPSHOT_FILE}: {e}")))
+        })
+        .transpose()
+}
+
 /// Replaces the snapshot file atomically (callers hold the snapshot lock;
-/// the temporary name is unique anyway).
+/// the temporary name is unique anyway), with its CRC in front.
 fn write_snapshot(dir: &Path, data: &[u8]) -> io::Result<()> {
+    let data = &crate::raft_meta::checked(data);
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!("{SNAPSHOT_FILE}.{}.{n}.tmp", std::process::id()));
@@ -707,10 +718,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         let dir = self.inner.dir.clone();
-        let bytes = match tokio::fs::read(dir.join(SNAPSHOT_FILE)).await {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+        let Some(bytes) = tokio::task::spawn_blocking(move || read_snapshot_json(&dir))
+            .await
+            .map_err(io::Error::other)??
+        else {
+            return Ok(None);
         };
         let content: SnapshotContent =
             serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;

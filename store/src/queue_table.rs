@@ -184,6 +184,11 @@ impl QueueTable {
         self.for_each(|cq| cq.truncate_phys(phys))
     }
 
+    /// Checks every queue's units (see [`ConsumeQueue::check_units`]).
+    pub fn check_all(&self, log_start: u64, log_end: u64) -> Result<()> {
+        self.for_each(|cq| cq.check_units(log_start, log_end))
+    }
+
     /// Drops, in every queue, the units below `min_phys` (the CommitLog's new
     /// first offset); see [`ConsumeQueue::purge_below_phys`].
     pub fn purge_below_phys(&self, min_phys: u64) -> Result<()> {

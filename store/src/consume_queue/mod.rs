@@ -219,6 +219,19 @@ impl ConsumeQueue {
                     ),
                 ));
             }
+            // Files are made at their full size, so a shorter one (other
+            // than one that died before its first byte) was cut short: its
+            // lost units would shift every queue offset after them.
+            if meta.len() != 0 && meta.len() < flen {
+                return Err(StoreError::corrupt(
+                    &path,
+                    meta.len(),
+                    format!(
+                        "file is {} bytes, shorter than the {flen} it was made with: cut short",
+                        meta.len()
+                    ),
+                ));
+            }
             found.push((first, path));
         }
         found.sort_unstable_by_key(|(first, _)| *first);
@@ -479,6 +492,35 @@ impl ConsumeQueue {
     pub fn truncate(&self, queue_offset: u64) -> Result<()> {
         let mut w = self.lock_writer();
         self.truncate_locked(&mut w, queue_offset)
+    }
+
+    /// Checks every unit against the ones beside it and the log: sizes are
+    /// positive, physical offsets strictly increase and stay inside
+    /// `[log_start, log_end)`. Damage that changed a unit mostly breaks one
+    /// of these; a unit that breaks none is only caught when its message is
+    /// read (the reader checks what it finds there).
+    pub fn check_units(&self, log_start: u64, log_end: u64) -> Result<()> {
+        let _w = self.lock_writer();
+        let mut prev: Option<CqUnit> = None;
+        for q in self.min_offset()..self.max_offset() {
+            let u = self.get(q)?;
+            let bad = u.size == 0
+                || u.phys < log_start
+                || u.phys.checked_add(u64::from(u.size)).is_none_or(|end| end > log_end)
+                || prev.is_some_and(|p| u.phys < p.phys + u64::from(p.size));
+            if bad {
+                return Err(StoreError::corrupt(
+                    &self.dir,
+                    q,
+                    format!(
+                        "unit at queue offset {q} (offset {}, {} bytes) does not fit after {:?} inside the log [{log_start}, {log_end})",
+                        u.phys, u.size, prev
+                    ),
+                ));
+            }
+            prev = Some(u);
+        }
+        Ok(())
     }
 
     /// Drops the units whose `phys >= phys`.

@@ -372,12 +372,13 @@ fn bad_directory_contents_are_corrupt_or_ignored() {
     ));
     let dir = tmp.path().join("resized2");
     ok(&dir);
+    // (Files of 25 units are shorter than 50 units' worth.)
     match ConsumeQueue::open(&dir, 50, OPTS, false) {
-        Err(StoreError::Corrupt { file, .. }) => assert!(file.ends_with("00000000000000000025")),
+        Err(StoreError::Corrupt { reason, .. }) => assert!(reason.contains("shorter"), "{reason}"),
         other => panic!("expected Corrupt, got {other:?}"),
     }
-    // A short file is extended with zeros (MappedFile::open) and, being
-    // the last, simply ends earlier.
+    // A short file was cut short: the units it lost would shift every
+    // queue offset after them, so it is damage, not an earlier end.
     let dir = tmp.path().join("short");
     ok(&dir);
     let f = fs::OpenOptions::new()
@@ -385,8 +386,11 @@ fn bad_directory_contents_are_corrupt_or_ignored() {
         .open(dir.join("00000000000000000050"))
         .unwrap();
     f.set_len(packed::unit_pos(3)).unwrap();
+    is_corrupt(&dir, "00000000000000000050");
+    // One that died before its first byte was written is only empty.
+    f.set_len(0).unwrap();
     let cq = ConsumeQueue::open(&dir, 25, OPTS, false).unwrap();
-    assert_units(&cq, 0..53);
+    assert_units(&cq, 0..50);
 }
 
 #[test]

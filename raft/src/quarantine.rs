@@ -1,0 +1,112 @@
+//! Setting a damaged store aside: when a node's data fails its checks at
+//! open (a CRC, a length, the structure of an index: `StoreError::Corrupt`
+//! or an `InvalidData` error) in a way recovery cannot simply cut, the
+//! node moves its log, indexes, checkpoint and snapshot into
+//! `<data>/quarantine/<ms since the epoch>/` and starts with an empty
+//! store: the leader sends it the log again (or a snapshot), so it serves
+//! no damaged record and leaves no silent gap.
+//!
+//! The vote files and the committed id stay: the vote so that the node
+//! cannot vote twice in a term, the committed id so that it knows what it
+//! lost and neither votes nor campaigns until it has it again
+//! ([`crate::catching_up`]). The quarantined files are kept for the
+//! operator to inspect and delete.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::error::RaftError;
+use crate::raft_meta::{COMMITTED_FILE, VOTE_COPY_FILE, VOTE_FILE};
+
+/// Directory under the data directory where damaged stores go.
+pub const QUARANTINE_DIR: &str = "quarantine";
+
+/// Whether `e`, from opening the store, the log or the state machine, says
+/// the data on disk is damaged.
+pub fn is_damage(e: &RaftError) -> bool {
+    match e {
+        RaftError::Store(raftmq_store::StoreError::Corrupt { .. }) => true,
+        RaftError::Io(io) => io.kind() == io::ErrorKind::InvalidData,
+        _ => false,
+    }
+}
+
+/// Moves everything in `data` but the quarantine itself, the store's lock
+/// file and the vote and committed files into a new quarantine directory;
+/// returns it.
+pub fn set_aside(data: &Path) -> io::Result<PathBuf> {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let to = data.join(QUARANTINE_DIR).join(ms.to_string());
+    fs::create_dir_all(to.join("raft"))?;
+    let keep_raft = [VOTE_FILE, VOTE_COPY_FILE, COMMITTED_FILE];
+    for entry in fs::read_dir(data)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        match name.to_str() {
+            Some(QUARANTINE_DIR) | Some(raftmq_store::layout::LOCK_FILE) => {}
+            Some("raft") => {
+                for inner in fs::read_dir(entry.path())? {
+                    let inner = inner?;
+                    if !keep_raft.iter().any(|k| inner.file_name() == *k) {
+                        fs::rename(inner.path(), to.join("raft").join(inner.file_name()))?;
+                    }
+                }
+            }
+            _ => fs::rename(entry.path(), to.join(&name))?,
+        }
+    }
+    fs::File::open(data)?.sync_all()?;
+    fs::File::open(data.join("raft"))?.sync_all()?;
+    Ok(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vote_and_committed_id_stay_and_the_rest_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for f in [
+            "commitlog/00000000000000000000",
+            "consumequeue/t/0/00000000000000000000",
+            "checkpoint",
+            "lock",
+        ] {
+            fs::create_dir_all(d.join(f).parent().unwrap()).unwrap();
+            fs::write(d.join(f), b"x").unwrap();
+        }
+        fs::create_dir_all(d.join("raft/log_index")).unwrap();
+        for f in [
+            VOTE_FILE,
+            VOTE_COPY_FILE,
+            COMMITTED_FILE,
+            "snapshot.json",
+            "purged.json",
+        ] {
+            fs::write(d.join("raft").join(f), b"x").unwrap();
+        }
+        let to = set_aside(d).unwrap();
+        for kept in ["lock", "raft/vote.json", "raft/vote.copy.json", "raft/committed.json"] {
+            assert!(d.join(kept).exists(), "{kept} stays");
+        }
+        for moved in [
+            "commitlog",
+            "consumequeue",
+            "checkpoint",
+            "raft/log_index",
+            "raft/snapshot.json",
+            "raft/purged.json",
+        ] {
+            assert!(!d.join(moved).exists(), "{moved} moved");
+            assert!(to.join(moved).exists(), "{moved} in the quarantine");
+        }
+        // A second quarantine leaves the first where it is.
+        let again = set_aside(d).unwrap();
+        assert!(to.exists() && again.starts_with(d.join(QUARANTINE_DIR)));
+    }
+}
