@@ -12,7 +12,7 @@
 //! | [`held`]          | timed and half messages held until due or resolved (state only)     |
 //! | [`secret`]        | the group's secret, which keys the MACs of the tokens clients hold  |
 //! | [`entry`]         | entries as CommitLog records and as wire messages                  |
-//! | `raft_meta`       | vote, purged and committed log ids beside the log (CRC-checked, the vote and purged id twice) |
+//! | [`raft_meta`]     | vote, purged and committed log ids beside the log (CRC-checked, the vote and purged id twice) |
 //! | [`quarantine`]    | a store damaged beyond what recovery cuts is set aside; the node starts empty |
 //! | [`catching_up`]   | a node whose log lost committed entries to damage: no vote until it has them again |
 //! | [`log_store`]     | openraft's log storage on the CommitLog, with the log index; reads an entry's messages |
@@ -47,7 +47,7 @@ pub mod message;
 pub mod network;
 pub mod node;
 pub mod quarantine;
-mod raft_meta;
+pub mod raft_meta;
 pub mod secret;
 pub mod serve;
 pub mod service;

@@ -214,6 +214,16 @@ impl<T: Serialize + DeserializeOwned + Copy> Twice<T> {
     }
 }
 
+/// The committed index saved in `raft_dir` (for tools reading a stopped
+/// node's files); `None` when there is none or it is damaged.
+pub fn committed_index(raft_dir: &Path) -> io::Result<Option<u64>> {
+    match read::<Option<LogId>>(raft_dir, COMMITTED_FILE) {
+        Ok(id) => Ok(id.flatten().map(|id| id.index)),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl RaftMeta {
     pub fn open(dir: &Path) -> io::Result<RaftMeta> {
         fs::create_dir_all(dir)?;

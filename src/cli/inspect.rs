@@ -58,8 +58,12 @@ fn open(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Store> {
         .map(|c| c.segment_size)
         .filter(|&s| s != 0);
     let segment_size = segment_size.or(recorded).unwrap_or(defaults.segment_size);
+    let cq_units_per_file =
+        raftmq_store::queue_table::units_per_file_on_disk(&dir.join(raftmq_store::layout::CONSUME_QUEUE_DIR))
+            .unwrap_or(defaults.cq_units_per_file);
     let cfg = StoreConfig {
         segment_size,
+        cq_units_per_file,
         // The largest any store may hold, so no valid record is mistaken for
         // a torn one whatever limit the store was written with.
         max_record_size: (raftmq_store::record::MAX_RECORD_LEN as u64)
@@ -69,43 +73,60 @@ fn open(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Store> {
     Store::open(dir, &cfg).with_context(|| format!("opening the store in {}", dir.display()))
 }
 
+/// Runs `f` on the store opened in `dir`, then closes it cleanly whatever
+/// `f` returned: a failed read must not leave the store looking crashed.
+fn with_store<T>(
+    dir: &Path,
+    segment_size: Option<u64>,
+    f: impl FnOnce(&Store) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let store = open(dir, segment_size)?;
+    let out = f(&store);
+    let closed = store.close().context("closing the store");
+    let out = out?;
+    closed?;
+    Ok(out)
+}
+
 /// Opens the store (recovering it if needed), reads every record and closes
 /// it cleanly.
 pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> {
-    let store = open(dir, segment_size)?;
-    let log = store.commitlog();
-    let mut s = Summary {
-        dir: dir.display().to_string(),
-        recovered_from_crash: store.recovered_from_crash(),
-        min_offset: log.min_offset(),
-        max_offset: log.max_offset(),
-        records: 0,
-        payload_bytes: 0,
-        first_index: None,
-        last_index: None,
-        last_term: None,
-        dispatched_offset: store.dispatched_offset(),
-        committed_index: committed_index(dir)?,
-        queues: Vec::new(),
-    };
-    for record in log.iter_from(log.min_offset()) {
-        let record = record.context("reading the log")?;
-        s.records += 1;
-        s.payload_bytes += record.payload().len() as u64;
-        s.first_index.get_or_insert(record.meta().index);
-        s.last_index = Some(record.meta().index);
-        s.last_term = Some(record.meta().term);
-    }
-    for (topic, queue_id, cq) in store.queues().queues() {
-        s.queues.push(QueueSummary {
-            topic,
-            queue_id,
-            min_offset: cq.min_offset(),
-            max_offset: cq.max_offset(),
-        });
-    }
-    store.close().context("closing the store")?;
-    Ok(s)
+    let committed_index = raftmq_raft::raft_meta::committed_index(&dir.join("raft"))
+        .with_context(|| format!("reading {}/raft", dir.display()))?;
+    with_store(dir, segment_size, |store| {
+        let log = store.commitlog();
+        let mut s = Summary {
+            dir: dir.display().to_string(),
+            recovered_from_crash: store.recovered_from_crash(),
+            min_offset: log.min_offset(),
+            max_offset: log.max_offset(),
+            records: 0,
+            payload_bytes: 0,
+            first_index: None,
+            last_index: None,
+            last_term: None,
+            dispatched_offset: store.dispatched_offset(),
+            committed_index,
+            queues: Vec::new(),
+        };
+        for record in log.iter_from(log.min_offset()) {
+            let record = record.context("reading the log")?;
+            s.records += 1;
+            s.payload_bytes += record.payload().len() as u64;
+            s.first_index.get_or_insert(record.meta().index);
+            s.last_index = Some(record.meta().index);
+            s.last_term = Some(record.meta().term);
+        }
+        for (topic, queue_id, cq) in store.queues().queues() {
+            s.queues.push(QueueSummary {
+                topic,
+                queue_id,
+                min_offset: cq.min_offset(),
+                max_offset: cq.max_offset(),
+            });
+        }
+        Ok(s)
+    })
 }
 
 /// One record's identity, as `raftmq store dump` prints it (one JSON object
@@ -123,39 +144,26 @@ pub struct DumpedRecord {
 /// Writes every record's identity, oldest first, so replicas' logs can be
 /// compared record by record (the jepsen harness does).
 pub fn dump(dir: &Path, segment_size: Option<u64>, out: &mut dyn std::io::Write) -> anyhow::Result<u64> {
-    let store = open(dir, segment_size)?;
-    let log = store.commitlog();
-    let mut n = 0;
-    for record in log.iter_from(log.min_offset()) {
-        let record = record.context("reading the log")?;
-        let meta = record.meta();
-        let line = DumpedRecord {
-            index: meta.index,
-            term: meta.term,
-            kind: meta.kind,
-            crc: record.crc(),
-            len: (HEADER_LEN + record.payload().len()) as u64,
-        };
-        serde_json::to_writer(&mut *out, &line)?;
-        out.write_all(b"\n")?;
-        n += 1;
-    }
-    out.flush()?;
-    store.close().context("closing the store")?;
-    Ok(n)
-}
-
-/// The committed log index in `raft/committed.json` (openraft's `LogId`,
-/// whose `index` field is all this needs).
-fn committed_index(dir: &Path) -> anyhow::Result<Option<u64>> {
-    let path = dir.join("raft").join("committed.json");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    Ok(v.get("index").and_then(serde_json::Value::as_u64))
+    with_store(dir, segment_size, |store| {
+        let log = store.commitlog();
+        let mut n = 0;
+        for record in log.iter_from(log.min_offset()) {
+            let record = record.context("reading the log")?;
+            let meta = record.meta();
+            let line = DumpedRecord {
+                index: meta.index,
+                term: meta.term,
+                kind: meta.kind,
+                crc: record.crc(),
+                len: (HEADER_LEN + record.payload().len()) as u64,
+            };
+            serde_json::to_writer(&mut *out, &line)?;
+            out.write_all(b"\n")?;
+            n += 1;
+        }
+        out.flush()?;
+        Ok(n)
+    })
 }
 
 impl fmt::Display for Summary {

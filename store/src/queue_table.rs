@@ -215,6 +215,40 @@ impl QueueTable {
     }
 }
 
+/// The `cq_units_per_file` the ConsumeQueues under `root` (a store's
+/// `consumequeue/` directory) were written with, for tools that read a
+/// stopped node's store without its config: the distance between two
+/// files' names where a queue has two, else what the length of a file
+/// holds (a multiple of the units per 512-byte block, at least the
+/// setting). `None` without any queue file.
+pub fn units_per_file_on_disk(root: &Path) -> Option<u64> {
+    let mut by_length = None;
+    for topic in fs::read_dir(root).ok()?.flatten() {
+        for queue in fs::read_dir(topic.path()).into_iter().flatten().flatten() {
+            let mut firsts: Vec<(u64, u64)> = fs::read_dir(queue.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|f| {
+                    let first = crate::mapped_file::parse_offset_name(f.file_name().to_str()?)?;
+                    Some((first, f.metadata().ok()?.len()))
+                })
+                .collect();
+            firsts.sort_unstable();
+            if let [(a, _), (b, _), ..] = firsts[..] {
+                return Some(b - a);
+            }
+            if let Some(&(_, len)) = firsts.first()
+                && len > 0
+                && len % crate::packed::BLOCK_SIZE == 0
+            {
+                by_length.get_or_insert(len / crate::packed::BLOCK_SIZE * crate::packed::UNITS_PER_BLOCK);
+            }
+        }
+    }
+    by_length
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +265,24 @@ mod tests {
             size: 10,
             tag_hash: 7,
         }
+    }
+
+    #[test]
+    fn the_units_per_file_are_read_off_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(CONSUME_QUEUE_DIR);
+        assert_eq!(units_per_file_on_disk(&root), None);
+        let t = QueueTable::open(dir.path(), 30, OPTS, false).unwrap();
+        let one = t.get_or_create("One", 0).unwrap();
+        one.append(unit(0)).unwrap();
+        // One file: what its length holds (two 512-byte blocks of 25).
+        assert_eq!(units_per_file_on_disk(&root), Some(50));
+        let two = t.get_or_create("Two", 0).unwrap();
+        for i in 0..31 {
+            two.append(unit(i * 10)).unwrap();
+        }
+        // Two files of a queue: the distance between their names.
+        assert_eq!(units_per_file_on_disk(&root), Some(30));
     }
 
     #[test]

@@ -94,7 +94,18 @@ impl Store {
         }
         File::create(&abort).and_then(|f| f.sync_all()).at(&abort)?;
         sync_dir(root)?;
+        let opened = Self::open_marked(root, cfg, crashed, dir_lock);
+        // A store found clean and refused (damage, a wrong setting) is left
+        // as found: not marked crashed for the next reader.
+        if opened.is_err() && !crashed {
+            let _ = fs::remove_file(&abort);
+            let _ = sync_dir(root);
+        }
+        opened
+    }
 
+    /// The rest of [`Store::open`], once the `abort` marker is in place.
+    fn open_marked(root: &Path, cfg: &StoreConfig, crashed: bool, dir_lock: File) -> Result<Store> {
         let log = CommitLog::open(root, cfg, crashed)?;
         let checkpoint = log.checkpoint().get();
         let dispatched = checkpoint.dispatched.clamp(log.min_offset(), log.max_offset());
