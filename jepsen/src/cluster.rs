@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::corrupt::Damage;
 use crate::lazyfs::{LazyFs, LossReport};
 use crate::netns::{Host, Network};
 
@@ -55,9 +56,11 @@ pub struct Node {
     pub paused: bool,
     /// The data directory's filesystem, when it loses un-fsynced writes.
     fs: Option<LazyFs>,
-    /// A power loss happened since the last start.
+    /// A power loss (or the corrupt nemesis's damage, which may cost the
+    /// node its log just the same) happened since the last start.
     power_lost: bool,
-    /// The current incarnation began after a power loss.
+    /// The current incarnation began after a power loss or damage: its
+    /// commit index may start lower (the checker reports that apart).
     pub after_power_loss: bool,
 }
 
@@ -281,6 +284,16 @@ impl Cluster {
         fs.lose_unsynced()
     }
 
+    /// `kill -9`, then damages one of the node's data files (see
+    /// [`crate::corrupt`]); `None` when it has none with data yet.
+    pub fn corrupt(&mut self, id: u64, rng: &mut rand::rngs::StdRng) -> anyhow::Result<Option<Damage>> {
+        self.kill(id)?;
+        let n = &mut self.nodes[id as usize - 1];
+        n.power_lost = true;
+        // Through the LazyFs mount, if there is one: the damage is fsynced.
+        crate::corrupt::corrupt(rng, &n.data_dir())
+    }
+
     /// Starts a node that is down (a no-op on a running one).
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         if self.nodes[id as usize - 1].running() {
@@ -330,7 +343,12 @@ impl Cluster {
             if let Some(mut child) = n.child.take() {
                 loop {
                     match child.try_wait() {
-                        Ok(Some(_)) => break,
+                        Ok(Some(status)) => {
+                            if !status.success() {
+                                eprintln!("warning: node {} stopped with {status}", n.id);
+                            }
+                            break;
+                        }
                         Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
                         _ => {
                             eprintln!("node {} did not stop in 20 s; killing it", n.id);

@@ -8,7 +8,8 @@
 //! - `run`: one test from start to artifacts.
 //! - `netns`: the namespaces, the bridge, and packet drops.
 //! - `cluster`: the NameServer and broker processes; metrics scrapes.
-//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power).
+//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power, corrupt).
+//! - `corrupt`: the damage the corrupt nemesis does to a stopped node's files.
 //! - `lazyfs`: a FUSE pass-through filesystem that loses un-fsynced writes (power loss).
 //! - `workload`: the clients' operations (plain, timed and transactional
 //!   sends, consumers) and the final drain.
@@ -26,6 +27,7 @@
 mod checker;
 mod client;
 mod cluster;
+mod corrupt;
 mod edn;
 mod history;
 mod lazyfs;

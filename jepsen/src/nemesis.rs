@@ -8,6 +8,7 @@
 //! | `partition` | cut links: one node isolated, the leader isolated, random majority/minority halves, a ring of majorities, or a bridge (two halves both seeing one node) | remove every drop rule |
 //! | `loss` | drop 20 % of the packets arriving at every node | remove the rule |
 //! | `power` | `kill -9` the leader or a random node and drop every write it had not fsynced (its data directory is on `LazyFs`) | start it again |
+//! | `corrupt` | `kill -9` the leader or a random node, then flip bits in or truncate one of its data files (see [`crate::corrupt`]) | start it again |
 //! | `clock` | skew the wall clock of the leader or a random node by ±0.1 s to ±10 min (log-uniform; the broker's `clock_offset_file`) | set it back |
 //!
 //! Faults come one at a time: one every `interval` on average, each held
@@ -35,16 +36,18 @@ pub enum Fault {
     Loss,
     Clock,
     Power,
+    Corrupt,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
         Fault::Loss,
         Fault::Clock,
         Fault::Power,
+        Fault::Corrupt,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Fault {
             Fault::Loss => "loss",
             Fault::Clock => "clock",
             Fault::Power => "power",
+            Fault::Corrupt => "corrupt",
         }
     }
 
@@ -171,6 +175,16 @@ impl Nemesis {
                             lost.bytes, lost.files
                         ),
                     )
+                }
+                Fault::Corrupt => {
+                    // Damage on one node only: a minority of any group of three or more.
+                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
+                    let damage = lock(&self.cluster).corrupt(id, &mut rng)?;
+                    let what = match damage {
+                        Some(d) => d.to_string(),
+                        None => "no data file yet".to_string(),
+                    };
+                    (Active::Killed(id), format!("node {id} ({why}) killed, then {what}"))
                 }
                 Fault::Clock => {
                     let (id, why) = target(&mut rng, leader(&self.cluster).await);

@@ -46,9 +46,12 @@
 //!    index), any index that two replicas both hold has the same term and
 //!    CRC in each (`log-divergence`). Each node's sampled commit index never
 //!    decreases over time, across restarts too (`commit-index-regressed`),
-//!    except into an incarnation that began with a simulated power loss:
-//!    the broker keeps its committed index without fsync, as Raft allows
+//!    except into an incarnation that began with a simulated power loss or
+//!    the corrupt nemesis's damage: the broker keeps its committed index
+//!    without fsync, as Raft allows, and damage may cost a node its log
 //!    (`commit-index-regressed-after-power-loss`, reported, not judged).
+//!    Every node that was sampled must have had its log read back after
+//!    the run (`replica-unread`), or nothing above was compared for it.
 //! 6. `held-messages`: timed and transactional messages. A held value is
 //!    never at two positions, whatever its send's outcome (`timed-duplicate`,
 //!    `txn-duplicate`: the broker releases each held message once, under a

@@ -28,6 +28,18 @@ pub(super) fn replicas(replicas: &[ReplicaLog], commits: &[CommitSample]) -> Che
         }
     }
 
+    // A node that ran but whose log was not read back after the run would
+    // pass unchecked (its store left unreadable, say): that is a failure.
+    let read: BTreeSet<u64> = replicas.iter().map(|r| r.node).collect();
+    let ran: BTreeSet<u64> = commits.iter().map(|c| c.node).collect();
+    for node in ran.difference(&read) {
+        sink.add("replica-unread", || {
+            (
+                format!("node {node}'s log could not be read after the run, so it was not compared"),
+                Vec::new(),
+            )
+        });
+    }
     if replicas.is_empty() {
         notes.push("no replica logs were collected".to_string());
     } else {
@@ -145,6 +157,7 @@ pub(super) fn replicas(replicas: &[ReplicaLog], commits: &[CommitSample]) -> Che
 mod tests {
     use crate::checker::test_support::*;
     use crate::checker::{Inputs, check, summary};
+    use crate::observations::ReplicaLog;
 
     #[test]
     fn committed_entries_that_differ_are_a_log_divergence() {
@@ -216,7 +229,7 @@ mod tests {
         ];
         let r = check(&Inputs {
             ops: &[],
-            replicas: &[],
+            replicas: &[read_back(1), read_back(2)],
             commits: &commits,
         });
         only_failure(&r, "replicas", "commit-index-regressed");
@@ -228,11 +241,38 @@ mod tests {
             a.detail
         );
         assert!(a.detail.contains("incarnation 0 -> 1"), "{}", a.detail);
+    }
+
+    /// A node's log as read back after a run, empty.
+    fn read_back(node: u64) -> ReplicaLog {
+        ReplicaLog {
+            node,
+            committed: None,
+            records: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_node_that_ran_but_whose_log_was_not_read_is_a_failure() {
+        let commits = [sample(10, 1, 0, 5), sample(10, 2, 0, 5)];
+        let r = check(&Inputs {
+            ops: &[],
+            replicas: &[read_back(2)],
+            commits: &commits,
+        });
+        only_failure(&r, "replicas", "replica-unread");
         assert!(
-            result(&r, "replicas")
-                .description
-                .contains("no replica logs were collected")
+            anomaly(&r, "replicas", "replica-unread")
+                .detail
+                .contains("node 1's log")
         );
+        // None read at all, the case that once hid every comparison.
+        let r = check(&Inputs {
+            ops: &[],
+            replicas: &[],
+            commits: &commits,
+        });
+        assert_eq!(count(&r, "replicas", "replica-unread"), 2);
     }
 
     #[test]
@@ -252,7 +292,7 @@ mod tests {
         let commits = commits_of(false);
         let r = check(&Inputs {
             ops: &[],
-            replicas: &[],
+            replicas: &[read_back(2)],
             commits: &commits,
         });
         assert!(r.valid, "{}", summary(&r));
@@ -260,7 +300,7 @@ mod tests {
         let commits = commits_of(true);
         let r = check(&Inputs {
             ops: &[],
-            replicas: &[],
+            replicas: &[read_back(2)],
             commits: &commits,
         });
         assert_eq!(count(&r, "replicas", "commit-index-regressed"), 1, "{}", summary(&r));
