@@ -7,6 +7,7 @@
 //! Modules:
 //! - `run`: one test from start to artifacts.
 //! - `netns`: the namespaces, the bridge, and packet drops.
+//! - `campaign`: many runs, seed after seed, and their table (campaign.json, index.html).
 //! - `cluster`: the NameServer and broker processes; metrics scrapes.
 //! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power, corrupt).
 //! - `corrupt`: the damage the corrupt nemesis does to a stopped node's files.
@@ -24,6 +25,7 @@
 //! - `report`: timeline.html and fault periods.
 //! - `plots`: latency.png and rate.png.
 
+mod campaign;
 mod checker;
 mod client;
 mod cluster;
@@ -58,6 +60,16 @@ enum Command {
     /// Run one test: a cluster in network namespaces (needs root), a workload,
     /// faults, a drain and the checker. Exits 1 when the history is invalid.
     Test(TestArgs),
+    /// Run tests seed after seed (from --seed) and write a table of them:
+    /// STORE/NAME/campaign-<ts>/campaign.json, index.html and
+    /// unavailability.png. Exits 1 unless every run is valid.
+    Campaign {
+        /// How many runs.
+        #[arg(long, default_value_t = 20)]
+        runs: u64,
+        #[command(flatten)]
+        test: TestArgs,
+    },
     /// Check a stored run again (its directory, e.g. jepsen/store/<test>/latest).
     Check { dir: PathBuf },
     /// Remove network namespaces and interfaces that runs left behind.
@@ -75,7 +87,7 @@ struct TestArgs {
     /// Seconds of workload (the heal, drain and check come after).
     #[arg(long, default_value_t = 60)]
     time_limit: u64,
-    /// Faults: a comma-separated list of kill, pause, partition, loss, clock, power; or all, or none.
+    /// Faults: a comma-separated list of kill, pause, partition, loss, clock, power, corrupt; or all, or none.
     #[arg(long, default_value = "kill,pause,partition")]
     nemesis: String,
     /// Mean seconds between faults (each lasts half to all of it).
@@ -111,7 +123,8 @@ struct TestArgs {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Test(a) => test(a),
+        Command::Test(a) => test(a, None),
+        Command::Campaign { runs, test: a } => test(a, Some(runs)),
         Command::Check { dir } => run::recheck(&dir),
         Command::Clean => netns::clean_all().map(|n| {
             println!("removed {n} namespaces and interfaces");
@@ -128,7 +141,8 @@ fn main() {
     }
 }
 
-fn test(a: TestArgs) -> anyhow::Result<bool> {
+/// One test, or with `campaign` that many, seed after seed.
+fn test(a: TestArgs, campaign: Option<u64>) -> anyhow::Result<bool> {
     if !(1..=9).contains(&a.nodes) {
         anyhow::bail!("--nodes must be between 1 and 9");
     }
@@ -156,5 +170,10 @@ fn test(a: TestArgs) -> anyhow::Result<bool> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(run::run(opts))
+        .block_on(async move {
+            match campaign {
+                Some(runs) => campaign::campaign(opts, runs).await,
+                None => run::run(opts).await,
+            }
+        })
 }

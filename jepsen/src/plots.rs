@@ -9,7 +9,11 @@
 //! - rate.png: completions per second over time: ok sends, ok polls, other
 //!   ok operations (when there were any), failed and unknown ones.
 //!
-//! Both shade each fault period with its name. Text is drawn with the
+//! - unavailability.png (a campaign's): per fault kind, the longest
+//!   stretch without an ok send over all its periods (bar) and the median
+//!   of its periods' longest stretches (dot).
+//!
+//! latency.png and rate.png shade each fault period with its name. Text is drawn with the
 //! DejaVu font the `dejavu` crate carries (as `raftmq bench --plot` does),
 //! so no system font is needed. An empty history draws empty axes.
 
@@ -251,6 +255,70 @@ pub fn write_rate_png(path: &Path, ops: &[Op], faults: &[FaultPeriod]) -> anyhow
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     draw_legend(&mut chart).map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// unavailability.png: `gaps` holds, per fault kind, the longest stretch
+/// without an ok send (ms) of each of its periods.
+pub fn write_unavailability_png(
+    path: &Path,
+    gaps: &std::collections::BTreeMap<String, Vec<f64>>,
+) -> anyhow::Result<()> {
+    font()?;
+    let err = |e: &dyn std::fmt::Display| plot_err(path, e);
+    let kinds: Vec<(&String, f64, f64)> = gaps
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| {
+            let mut v = v.clone();
+            v.sort_by(f64::total_cmp);
+            (k, v[v.len() - 1], v[v.len() / 2])
+        })
+        .collect();
+    let n = kinds.len().max(1) as f64;
+    let y_max = kinds.iter().map(|k| k.1).fold(0.0, f64::max).max(100.0) * 1.15;
+    let root = BitMapBackend::new(path, (900, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("longest stretch without an ok send, per fault kind", (FONT, 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(75)
+        .build_cartesian_2d(0.0..n, 0.0..y_max)
+        .map_err(|e| err(&e))?;
+    let names: Vec<String> = kinds.iter().map(|k| k.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(kinds.len().max(1) * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            let centred = (x - x.floor() - 0.5).abs() < 0.01;
+            if centred {
+                names.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("milliseconds")
+        .y_label_formatter(&|v| format_num(*v))
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, &(_, max, median)) in kinds.iter().enumerate() {
+        let color = BAND_COLORS[i % BAND_COLORS.len()];
+        let x = i as f64;
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(x + 0.2, 0.0), (x + 0.8, max)],
+                color.filled(),
+            )))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(std::iter::once(Circle::new((x + 0.5, median), 6, BLACK.filled())))
+            .map_err(|e| err(&e))?;
+    }
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }

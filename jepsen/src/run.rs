@@ -70,7 +70,7 @@ fn binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 }
 
 /// `YYYYMMDDTHHMMSS` in UTC, for run directories.
-fn timestamp() -> String {
+pub fn timestamp() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
