@@ -155,7 +155,8 @@ impl<T: Serialize + DeserializeOwned + Copy> Twice<T> {
                 return Err(invalid(
                     dir,
                     format!(
-                        "both copies of the {what} are damaged ({ea}; {eb}): this node cannot know                          its {what}. Remove it from its group and add it back with an empty data directory"
+                        "both copies of the {what} are damaged ({ea}; {eb}): this node cannot know \
+                         its {what}. Remove it from its group and add it back with an empty data directory"
                     ),
                 ));
             }
