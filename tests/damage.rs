@@ -12,7 +12,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{Cluster, check_reads, send_retrying, wait_applied_equal};
+use common::{Cluster, replicas_whole, send_retrying};
 
 /// Sends `n` more messages to T through the leader.
 async fn send_more(c: &mut Cluster, acked: &mut BTreeMap<(u32, u64), u64>, n: u64) {
@@ -29,15 +29,7 @@ async fn send_more(c: &mut Cluster, acked: &mut BTreeMap<(u32, u64), u64>, n: u6
 /// the replicas identical.
 async fn whole(c: &mut Cluster, acked: &BTreeMap<(u32, u64), u64>, what: &str) {
     c.check_alive();
-    let st = wait_applied_equal(c, &[1, 2, 3]).await;
-    assert!(
-        st.windows(2)
-            .all(|w| w[0].applied_log_digest == w[1].applied_log_digest),
-        "after {what}: replicas differ: {st:?}"
-    );
-    for id in 1..=3 {
-        check_reads(c, id, acked, 1).await;
-    }
+    replicas_whole(c, acked, what).await;
 }
 
 fn node_dir(c: &Cluster, id: u64) -> PathBuf {

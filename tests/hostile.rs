@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::v2::*;
-use common::{Cluster, check_reads, send_retrying, wait_applied_equal};
+use common::{Cluster, replicas_whole, send_retrying};
 use raftmq::proto::pb;
 use raftmq::proto::rocketmq::v2;
 use raftmq::proto::rocketmq::v2::Code;
@@ -53,15 +53,7 @@ async fn still_whole(c: &mut Cluster, acked: &mut BTreeMap<(u32, u64), u64>, wha
     let i = acked.len() as u64 + 1_000_000;
     let offset = send_retrying(&mut client, 0, i).await;
     acked.insert((0, offset), i);
-    let st = wait_applied_equal(c, &[1, 2, 3]).await;
-    assert!(
-        st.windows(2)
-            .all(|w| w[0].applied_log_digest == w[1].applied_log_digest),
-        "after {what}: replicas differ: {st:?}"
-    );
-    for id in 1..=3 {
-        check_reads(c, id, acked, 1).await;
-    }
+    replicas_whole(c, acked, what).await;
 }
 
 /// Sends message `msg-<i>` to T through v2 and records it as acknowledged;

@@ -66,20 +66,27 @@ fn verify_summarizes_a_clean_store_and_refuses_a_crashed_one() {
     assert!(text.contains("records          50"), "{text}");
     assert!(text.contains("committed index  -"), "{text}");
 
-    // The committed index a broker persisted is reported.
+    // The committed index a broker persisted is reported: as brokers write
+    // it (its CRC first, raft_meta's layout), and as older ones did (plain
+    // JSON); one whose CRC fails is not believed.
     std::fs::create_dir_all(dir.path().join("raft")).unwrap();
-    std::fs::write(
-        dir.path().join("raft/committed.json"),
-        r#"{"leader_id":{"term":3,"node_id":1},"index":42}"#,
-    )
-    .unwrap();
-    let out = raftmq()
-        .args(["store", "verify", "--json", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(summary["committed_index"], 42);
+    let json = r#"{"leader_id":3,"index":42}"#;
+    let committed_index = |content: String| {
+        std::fs::write(dir.path().join("raft/committed.json"), content).unwrap();
+        let out = raftmq()
+            .args(["store", "verify", "--json", "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["committed_index"].clone()
+    };
+    assert_eq!(
+        committed_index(format!("{:08x} {json}", crc32fast::hash(json.as_bytes()))),
+        42
+    );
+    assert_eq!(committed_index(json.to_string()), 42);
+    assert_eq!(committed_index(format!("00000000 {json}")), serde_json::Value::Null);
 
     // Dump: one line per record, oldest first, with the stored CRC.
     let out = raftmq()

@@ -508,3 +508,17 @@ pub async fn wait_applied_equal(c: &Cluster, ids: &[u64]) -> Vec<pb::StatusRespo
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The three nodes applied the same log (equal digests), and each serves
+/// every acknowledged message of T's queue 0 at its offset.
+pub async fn replicas_whole(c: &Cluster, acked: &BTreeMap<(u32, u64), u64>, what: &str) {
+    let st = wait_applied_equal(c, &[1, 2, 3]).await;
+    assert!(
+        st.windows(2)
+            .all(|w| w[0].applied_log_digest == w[1].applied_log_digest),
+        "after {what}: replicas differ: {st:?}"
+    );
+    for id in 1..=3 {
+        check_reads(c, id, acked, 1).await;
+    }
+}
