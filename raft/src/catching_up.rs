@@ -4,7 +4,8 @@
 //! three made of it and a node that never had them, a vote could elect a
 //! leader without entries the group acknowledged. The Raft service refuses
 //! its votes and `RaftNode` keeps elections off until it has applied up to
-//! the lost index.
+//! the lost index (or at once when it is its group's only voter: no one
+//! has the entries, and waiting would keep the group down for good).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -152,8 +152,11 @@ impl RaftNode {
             .await
             .map_err(|e| RaftError::Invalid(format!("cannot listen on {}: {e}", cfg.raft_listen)))?;
         let raft_addr = listener.local_addr()?;
+        // With peers to send the log again, damage sets the store aside; a
+        // lone node's store is all there is, so it refuses to start instead.
+        let has_peers = cfg.initial_members.keys().any(|&id| id != cfg.node_id);
         let (store, log, sm) = match open_storage(&cfg).await {
-            Err(e) if crate::quarantine::is_damage(&e) => {
+            Err(e) if has_peers && crate::quarantine::is_damage(&e) => {
                 let to = crate::quarantine::set_aside(&cfg.data_dir)?;
                 tracing::error!(error = %e, quarantine = %to.display(),
                     "the store is damaged beyond what recovery cuts; set it aside, starting empty to be sent the log again");
@@ -426,16 +429,29 @@ impl RaftNode {
         }
     }
 
-    /// While this node leads, hands leadership to `preferred` whenever that
-    /// node is a voter whose log has caught up with the leader's.
     /// Gives a node that lost committed entries to damage its vote back
-    /// once it has applied up to `target` again (from the leader).
+    /// once it has applied up to `target` again (from the leader), or at
+    /// once when it is its group's only voter (no one has them).
     fn spawn_catch_up(self: Arc<Self>, target: u64, catching_up: crate::catching_up::CatchingUp) {
         let mut stopped = self.stop.subscribe();
         let mut metrics = self.raft.metrics();
         tokio::spawn(async move {
             loop {
-                let applied = metrics.borrow_and_update().last_applied.map(|l| l.index);
+                let (applied, alone) = {
+                    let m = metrics.borrow_and_update();
+                    let mut voters = m.membership_config.membership().voter_ids();
+                    let alone = voters.next() == Some(self.id) && voters.next().is_none();
+                    (m.last_applied.map(|l| l.index), alone)
+                };
+                if alone {
+                    catching_up.done();
+                    self.raft.runtime_config().elect(true);
+                    tracing::error!(
+                        target,
+                        "the only voter of its group lost committed entries to damage: they are gone"
+                    );
+                    return;
+                }
                 if applied.is_some_and(|a| a >= target) {
                     catching_up.done();
                     self.raft.runtime_config().elect(true);
@@ -450,6 +466,8 @@ impl RaftNode {
         });
     }
 
+    /// While this node leads, hands leadership to `preferred` whenever that
+    /// node is a voter whose log has caught up with the leader's.
     fn spawn_preferred_leader(self: Arc<Self>, preferred: NodeId) {
         let mut stopped = self.stop.subscribe();
         tokio::spawn(async move {

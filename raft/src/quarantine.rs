@@ -10,7 +10,9 @@
 //! cannot vote twice in a term, the committed id so that it knows what it
 //! lost and neither votes nor campaigns until it has it again
 //! ([`crate::catching_up`]). The quarantined files are kept for the
-//! operator to inspect and delete.
+//! operator to inspect and delete. A node configured without peers has no
+//! one to send it the log: its damaged store is all there is, so it
+//! refuses to start instead.
 
 use std::fs;
 use std::io;
