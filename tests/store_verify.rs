@@ -41,13 +41,7 @@ fn verify_summarizes_a_clean_store_and_refuses_a_crashed_one() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("crash"));
     Store::open(dir.path(), &cfg).unwrap().close().unwrap();
 
-    let out = raftmq()
-        .args(["store", "verify", "--json", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = verify_json(dir.path());
     assert_eq!(summary["recovered_from_crash"], false);
     assert_eq!(summary["records"], 50);
     assert_eq!(summary["first_index"], 1);
@@ -73,13 +67,7 @@ fn verify_summarizes_a_clean_store_and_refuses_a_crashed_one() {
     let json = r#"{"leader_id":3,"index":42}"#;
     let committed_index = |content: String| {
         std::fs::write(dir.path().join("raft/committed.json"), content).unwrap();
-        let out = raftmq()
-            .args(["store", "verify", "--json", "--dir"])
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["committed_index"].clone()
+        verify_json(dir.path())["committed_index"].clone()
     };
     assert_eq!(
         committed_index(format!("{:08x} {json}", crc32fast::hash(json.as_bytes()))),
@@ -130,4 +118,15 @@ fn bad_arguments_give_a_one_line_error() {
     let out = raftmq().args(["store", "verify"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("--dir"));
+}
+
+/// `raftmq store verify --json` of `dir`, which must succeed.
+fn verify_json(dir: &std::path::Path) -> serde_json::Value {
+    let out = raftmq()
+        .args(["store", "verify", "--json", "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
