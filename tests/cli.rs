@@ -616,6 +616,40 @@ async fn admin_commands_against_a_real_cluster() {
     ]);
     let s = cluster.status(to, false).await.unwrap();
     assert!(s.members.iter().any(|m| m.node_id == other && m.voter), "{s:?}");
+
+    // The leader itself: leadership moves first, and the new leader
+    // removes it (openraft does not let a leader remove itself).
+    let removed = to;
+    ok(&[
+        "cluster",
+        "remove-node",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--node-id",
+        &removed.to_string(),
+    ]);
+    let leader = cluster.leader().await;
+    assert_ne!(leader, removed, "the removed leader still leads");
+    let s = cluster.status(leader, false).await.unwrap();
+    assert!(s.members.iter().all(|m| m.node_id != removed), "{s:?}");
+    ok(&[
+        "cluster",
+        "add-node",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--node-id",
+        &removed.to_string(),
+        "--raft-addr",
+        &cluster.node(removed).raft_addr.clone(),
+        "--client-addr",
+        &cluster.node(removed).client_addr.clone(),
+    ]);
+    let s = cluster.status(leader, false).await.unwrap();
+    assert!(s.members.iter().any(|m| m.node_id == removed && m.voter), "{s:?}");
     cluster.check_alive();
 }
 

@@ -330,8 +330,17 @@ impl RaftNode {
         Ok(())
     }
 
-    /// Removes a node from the group entirely.
+    /// Removes a node from the group entirely. A leader does not remove
+    /// itself: it would go on appending entries, the removal's second step
+    /// among them, from outside the voters, which openraft does not allow
+    /// (it asserts against it). Leadership moves first (see
+    /// [`RaftNode::hand_over`]) and the removal is asked of the new leader.
     pub async fn remove_node(&self, id: NodeId) -> Result<(), RaftError> {
+        if id == self.id && self.is_leader() {
+            return Err(RaftError::Invalid(
+                "a leader does not remove itself: hand leadership over first".into(),
+            ));
+        }
         self.settled(|| {
             self.raft
                 .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)

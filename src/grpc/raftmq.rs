@@ -372,6 +372,17 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let node = &self.broker.node;
+        // Removing the leader: leadership moves to another voter first, and
+        // the request follows it there (a leader does not remove itself).
+        if request.get_ref().node_id == node.id
+            && node.is_leader()
+            && node.hand_over(crate::server::HAND_OVER_WAIT).await.is_none()
+        {
+            return Err(Status::unavailable(
+                "this node leads and no other voter took leadership over within 2 s; retry",
+            ));
+        }
         let out = self
             .on_leader(
                 request,
