@@ -294,6 +294,38 @@ impl Cluster {
         crate::corrupt::corrupt(rng, &n.data_dir())
     }
 
+    /// Empties the data directory of node `id` (which must be down), as a
+    /// replaced disk would be, and makes sure it never bootstraps a group
+    /// of its own on it: it waits to be added back.
+    pub fn wipe(&mut self, id: u64) -> anyhow::Result<()> {
+        let n = &mut self.nodes[id as usize - 1];
+        if n.running() {
+            bail!("node {id} must be down to have its disk emptied");
+        }
+        let data = n.data_dir();
+        // The contents only: the directory may be a mount point.
+        for entry in std::fs::read_dir(&data).with_context(|| format!("reading {}", data.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            }
+            .with_context(|| format!("removing {}", path.display()))?;
+        }
+        let config = n.dir.join("config.toml");
+        let text = std::fs::read_to_string(&config)?;
+        std::fs::write(&config, text.replace("bootstrap = true", "bootstrap = false"))?;
+        // Its commit index starts again from nothing.
+        n.power_lost = true;
+        Ok(())
+    }
+
+    /// The `raftmq` binary the nodes run.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
     /// Starts a node that is down (a no-op on a running one).
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         if self.nodes[id as usize - 1].running() {

@@ -9,8 +9,9 @@
 //! - `netns`: the namespaces, the bridge, and packet drops.
 //! - `campaign`: many runs, seed after seed, and their table (campaign.json, index.html).
 //! - `cluster`: the NameServer and broker processes; metrics scrapes.
-//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power, corrupt).
+//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power, corrupt, membership).
 //! - `corrupt`: the damage the corrupt nemesis does to a stopped node's files.
+//! - `membership`: the membership nemesis's moves (remove, add back, transfer) and the final members.
 //! - `lazyfs`: a FUSE pass-through filesystem that loses un-fsynced writes (power loss).
 //! - `workload`: the clients' operations (plain, timed and transactional
 //!   sends, consumers) and the final drain.
@@ -20,7 +21,7 @@
 //! - `recorder`: appends operations to the history as they happen.
 //! - `history`: operations as invocations and completions; history.jsonl.
 //! - `observations`: replica logs and commit-index samples for the checker.
-//! - `checker`: the seven checks over a history.
+//! - `checker`: the eight checks over a history.
 //! - `edn`: history.edn in the shapes of Jepsen's Kafka workload.
 //! - `report`: timeline.html and fault periods.
 //! - `plots`: latency.png and rate.png.
@@ -33,6 +34,7 @@ mod corrupt;
 mod edn;
 mod history;
 mod lazyfs;
+mod membership;
 mod nemesis;
 mod netns;
 mod observations;

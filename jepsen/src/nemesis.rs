@@ -9,6 +9,7 @@
 //! | `loss` | drop 20 % of the packets arriving at every node | remove the rule |
 //! | `power` | `kill -9` the leader or a random node and drop every write it had not fsynced (its data directory is on `LazyFs`) | start it again |
 //! | `corrupt` | `kill -9` the leader or a random node, then flip bits in or truncate one of its data files (see [`crate::corrupt`]) | start it again |
+//! | `membership` | transfer leadership, or remove the leader or a random node from the group and kill it, keeping or emptying its disk (see [`crate::membership`]) | start it again, add it back |
 //! | `clock` | skew the wall clock of the leader or a random node by ±0.1 s to ±10 min (log-uniform; the broker's `clock_offset_file`) | set it back |
 //!
 //! Faults come one at a time: one every `interval` on average, each held
@@ -26,6 +27,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::cluster::{Cluster, scrape};
 use crate::history::{Call, NEMESIS, NemesisAction, OpType};
+use crate::membership::{self, Undo};
 use crate::recorder::Recorder;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +39,11 @@ pub enum Fault {
     Clock,
     Power,
     Corrupt,
+    Membership,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -48,6 +51,7 @@ impl Fault {
         Fault::Clock,
         Fault::Power,
         Fault::Corrupt,
+        Fault::Membership,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +63,7 @@ impl Fault {
             Fault::Clock => "clock",
             Fault::Power => "power",
             Fault::Corrupt => "corrupt",
+            Fault::Membership => "membership",
         }
     }
 
@@ -89,6 +94,7 @@ enum Active {
     Paused(u64),
     Cut,
     Skewed(u64),
+    Members(Undo),
 }
 
 pub struct Nemesis {
@@ -186,6 +192,11 @@ impl Nemesis {
                     };
                     (Active::Killed(id), format!("node {id} ({why}) killed, then {what}"))
                 }
+                Fault::Membership => {
+                    let (undo, what) =
+                        membership::start(&self.cluster, &mut rng, leader(&self.cluster).await, n).await?;
+                    (Active::Members(undo), what)
+                }
                 Fault::Clock => {
                     let (id, why) = target(&mut rng, leader(&self.cluster).await);
                     // Log-uniform from 100 ms to 10 min, either way.
@@ -198,7 +209,18 @@ impl Nemesis {
             self.log(NemesisAction::Start, fault, &detail);
             let hold = self.interval.mul_f64(rng.random_range(0.5..=1.0));
             tokio::time::sleep(hold).await;
-            self.heal(&active)?;
+            let healed = match &active {
+                Active::Members(undo) => membership::stop(&self.cluster, undo).await?,
+                other => {
+                    self.heal(other)?;
+                    String::new()
+                }
+            };
+            let detail = if healed.is_empty() {
+                detail
+            } else {
+                format!("{detail}; {healed}")
+            };
             self.log(NemesisAction::Stop, fault, &detail);
             tokio::time::sleep(self.interval.mul_f64(rng.random_range(0.5..=1.0))).await;
         }
@@ -212,6 +234,7 @@ impl Nemesis {
             Active::Paused(id) => c.resume(id),
             Active::Cut => c.net.heal(),
             Active::Skewed(id) => c.set_clock_offset(id, 0),
+            Active::Members(_) => Ok(()),
         }
     }
 

@@ -1,9 +1,9 @@
 //! What the harness observes besides client operations, for the checker:
-//! each replica's log after the test, and each node's commit index sampled
-//! while it ran.
+//! each replica's log after the test, each node's commit index sampled
+//! while it ran, and each node's view of the group's members after healing.
 //!
 //! `replicas.json` holds a list of [`ReplicaLog`]; `commits.jsonl` one
-//! [`CommitSample`] per line.
+//! [`CommitSample`] per line; `membership.json` a list of [`MemberView`].
 
 use serde::{Deserialize, Serialize};
 
@@ -40,4 +40,14 @@ pub struct CommitSample {
     #[serde(default)]
     pub after_power_loss: bool,
     pub commit_index: u64,
+}
+
+/// One node's view of the group's configuration after the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberView {
+    pub node: u64,
+    /// `None` when the node did not answer.
+    pub voters: Option<Vec<u64>>,
+    #[serde(default)]
+    pub learners: Vec<u64>,
 }

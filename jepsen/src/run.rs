@@ -6,7 +6,7 @@
 //! | file | what |
 //! |---|---|
 //! | `history.jsonl`, `history.edn` | every operation (see `history`, `edn`) |
-//! | `replicas.json`, `commits.jsonl` | replica logs and commit-index samples (see `observations`) |
+//! | `replicas.json`, `commits.jsonl`, `membership.json` | replica logs, commit-index samples and each node's members after healing (see `observations`) |
 //! | `results.json` | the verdict and every anomaly |
 //! | `timeline.html`, `latency.png`, `rate.png` | the run at a glance, faults shaded |
 //! | `namesrv.log`, `n<i>/` | each process's log, config and data |
@@ -18,14 +18,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::task::JoinHandle;
 
+use crate::checker::Inputs;
 use crate::client::Client;
 use crate::cluster::{BrokerSettings, Cluster, scrape};
 use crate::history::{self, Call, Op, OpType, Process, SETTLE_PROCESS};
 use crate::nemesis::{self, Fault, Nemesis};
-use crate::observations::{CommitSample, LogRecord, ReplicaLog};
+use crate::observations::{CommitSample, LogRecord, MemberView, ReplicaLog};
 use crate::recorder::Recorder;
 use crate::workload::{self, Workload};
-use crate::{checker, edn, netns, plots, producer, report};
+use crate::{checker, edn, membership, netns, plots, producer, report};
 
 #[derive(Debug, Clone)]
 pub struct TestOpts {
@@ -140,12 +141,21 @@ pub async fn run(opts: TestOpts) -> anyhow::Result<bool> {
     };
     c.net.teardown();
     drop(c);
-    let (ops, commits) = outcome?;
-    finish(&opts, &run_dir, &ops, &replicas, &commits)
+    let (ops, commits, members) = outcome?;
+    let observed = Inputs {
+        ops: &ops,
+        replicas: &replicas,
+        commits: &commits,
+        members: &members,
+    };
+    finish(&opts, &run_dir, &observed)
 }
 
 /// From a started cluster to a drained history.
-async fn test(opts: &TestOpts, cluster: &Arc<Mutex<Cluster>>) -> anyhow::Result<(Vec<Op>, Vec<CommitSample>)> {
+async fn test(
+    opts: &TestOpts,
+    cluster: &Arc<Mutex<Cluster>>,
+) -> anyhow::Result<(Vec<Op>, Vec<CommitSample>, Vec<MemberView>)> {
     let (namesrv, client_addrs) = {
         let c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (
@@ -203,6 +213,7 @@ async fn test(opts: &TestOpts, cluster: &Arc<Mutex<Cluster>>) -> anyhow::Result<
     if let Err(e) = converge(cluster, Duration::from_secs(60)).await {
         eprintln!("warning: {e:#}");
     }
+    let members = membership::read_members(cluster).await;
     eprintln!("waiting for every timed and transactional message to be released or ended");
     settle(cluster, &recorder, Duration::from_secs(60)).await;
     eprintln!("draining every key from every node");
@@ -216,7 +227,7 @@ async fn test(opts: &TestOpts, cluster: &Arc<Mutex<Cluster>>) -> anyhow::Result<
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
-    Ok((recorder.ops(), commits))
+    Ok((recorder.ops(), commits, members))
 }
 
 /// Creates `topic` (one queue, taking `message_type` messages), retrying
@@ -405,23 +416,18 @@ fn collect_replicas(c: &Cluster) -> Vec<ReplicaLog> {
 
 /// Writes the history and observations, checks them, writes the results
 /// and pictures; returns the verdict.
-fn finish(
-    opts: &TestOpts,
-    run_dir: &Path,
-    ops: &[Op],
-    replicas: &[ReplicaLog],
-    commits: &[CommitSample],
-) -> anyhow::Result<bool> {
-    history::write_jsonl(&run_dir.join("history.jsonl"), ops)?;
-    std::fs::write(run_dir.join("replicas.json"), serde_json::to_vec(replicas)?)?;
+fn finish(opts: &TestOpts, run_dir: &Path, observed: &Inputs) -> anyhow::Result<bool> {
+    history::write_jsonl(&run_dir.join("history.jsonl"), observed.ops)?;
+    std::fs::write(run_dir.join("replicas.json"), serde_json::to_vec(observed.replicas)?)?;
+    std::fs::write(run_dir.join("membership.json"), serde_json::to_vec(observed.members)?)?;
     let mut lines = String::new();
-    for s in commits {
+    for s in observed.commits {
         lines.push_str(&serde_json::to_string(s)?);
         lines.push('\n');
     }
     std::fs::write(run_dir.join("commits.jsonl"), lines)?;
-    edn::write_edn(&run_dir.join("history.edn"), ops)?;
-    let valid = check_and_report(run_dir, ops, replicas, commits, &opts.name)?;
+    edn::write_edn(&run_dir.join("history.edn"), observed.ops)?;
+    let valid = check_and_report(run_dir, observed, &opts.name)?;
     if opts.self_test {
         if valid {
             eprintln!("self-test FAILED: the nodes acknowledged before commit, yet the checker found nothing");
@@ -434,14 +440,9 @@ fn finish(
 }
 
 /// Checks a history and writes results.json, timeline.html and the plots.
-pub fn check_and_report(
-    run_dir: &Path,
-    ops: &[Op],
-    replicas: &[ReplicaLog],
-    commits: &[CommitSample],
-    title: &str,
-) -> anyhow::Result<bool> {
-    let results = checker::check(&checker::Inputs { ops, replicas, commits });
+pub fn check_and_report(run_dir: &Path, observed: &Inputs, title: &str) -> anyhow::Result<bool> {
+    let results = checker::check(observed);
+    let ops = observed.ops;
     std::fs::write(run_dir.join("results.json"), serde_json::to_vec_pretty(&results)?)?;
     report::write_timeline(&run_dir.join("timeline.html"), ops, title)?;
     let faults = report::fault_periods(ops);
@@ -469,6 +470,17 @@ pub fn recheck(dir: &Path) -> anyhow::Result<bool> {
             commits.push(serde_json::from_str(l).with_context(|| format!("commits.jsonl line {}", i + 1))?);
         }
     }
+    // Runs from before the membership check have no membership.json.
+    let members: Vec<MemberView> = match std::fs::read(dir.join("membership.json")) {
+        Ok(b) => serde_json::from_slice(&b).context("parsing membership.json")?,
+        Err(_) => Vec::new(),
+    };
     let title = dir.display().to_string();
-    check_and_report(dir, &ops, &replicas, &commits, &title)
+    let observed = Inputs {
+        ops: &ops,
+        replicas: &replicas,
+        commits: &commits,
+        members: &members,
+    };
+    check_and_report(dir, &observed, &title)
 }

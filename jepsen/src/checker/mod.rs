@@ -1,4 +1,4 @@
-//! The checker: seven checks over a history, in the manner of Jepsen's queue
+//! The checker: eight checks over a history, in the manner of Jepsen's queue
 //! and Kafka checkers, plus the replica logs and commit-index samples the
 //! harness collected (see `observations`).
 //!
@@ -79,7 +79,10 @@
 //!    Transactions whose sends all failed are left to `failed-write-read`.
 //!    A held key with an ok held send must have an ok drain from every node
 //!    drained at all (`held-undrained`).
-//! 7. `availability`: reported, not judged (always passed). Counts, rates,
+//! 7. `membership`: after healing, every node names the intended group:
+//!    all the harness's nodes as voters, no learners (`membership-wrong`,
+//!    `membership-unread`; not judged for runs that did not read members).
+//! 8. `availability`: reported, not judged (always passed). Counts, rates,
 //!    latencies and the longest stretches without an ok send, overall and
 //!    around each fault, in [`Stats`].
 //!
@@ -100,7 +103,8 @@
 //! - [`monotonic`](mod@monotonic): 4, `monotonic-consumers`.
 //! - [`replicas`](mod@replicas): 5, `replicas`.
 //! - [`held`](mod@held): 6, `held-messages`.
-//! - [`availability`](mod@availability): 7, `availability`, with its
+//! - [`membership`](mod@membership): 7, `membership`.
+//! - [`availability`](mod@availability): 8, `availability`, with its
 //!   latency percentiles and gap windows.
 //! - [`report`](mod@report): the inputs and results, [`summary`].
 //! - `facts`: what the checks share: the limits, the history indexed once
@@ -115,6 +119,7 @@ mod duplicates;
 mod facts;
 mod held;
 mod lost_writes;
+mod membership;
 mod monotonic;
 mod replicas;
 pub mod report;
@@ -129,6 +134,7 @@ use duplicates::duplicates;
 use facts::{Drains, Facts};
 use held::held_messages;
 use lost_writes::no_lost_writes;
+use membership::membership;
 use monotonic::monotonic_consumers;
 use replicas::replicas;
 pub use report::{Inputs, Results, summary};
@@ -148,6 +154,7 @@ pub fn check(inputs: &Inputs) -> Results {
         monotonic_consumers(&facts),
         replicas(inputs.replicas, inputs.commits),
         held,
+        membership(inputs.members),
         availability,
     ];
     let valid = checks.iter().all(|c| !c.judged || c.passed);

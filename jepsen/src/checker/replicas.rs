@@ -170,6 +170,7 @@ mod tests {
             ops: &[],
             replicas: &replicas,
             commits: &[],
+            ..Default::default()
         });
         only_failure(&r, "replicas", "log-divergence");
         assert_eq!(count(&r, "replicas", "log-divergence"), 2);
@@ -187,6 +188,7 @@ mod tests {
             ops: &[],
             replicas: &replicas,
             commits: &[],
+            ..Default::default()
         });
         assert!(r.valid, "{}", summary(&r));
     }
@@ -201,6 +203,7 @@ mod tests {
             ops: &[],
             replicas: &replicas,
             commits: &[],
+            ..Default::default()
         });
         only_failure(&r, "replicas", "log-gap");
         assert_eq!(count(&r, "replicas", "log-gap"), 2);
@@ -231,6 +234,7 @@ mod tests {
             ops: &[],
             replicas: &[read_back(1), read_back(2)],
             commits: &commits,
+            ..Default::default()
         });
         only_failure(&r, "replicas", "commit-index-regressed");
         assert_eq!(count(&r, "replicas", "commit-index-regressed"), 1);
@@ -259,6 +263,7 @@ mod tests {
             ops: &[],
             replicas: &[read_back(2)],
             commits: &commits,
+            ..Default::default()
         });
         only_failure(&r, "replicas", "replica-unread");
         assert!(
@@ -271,6 +276,7 @@ mod tests {
             ops: &[],
             replicas: &[],
             commits: &commits,
+            ..Default::default()
         });
         assert_eq!(count(&r, "replicas", "replica-unread"), 2);
     }
@@ -294,6 +300,7 @@ mod tests {
             ops: &[],
             replicas: &[read_back(2)],
             commits: &commits,
+            ..Default::default()
         });
         assert!(r.valid, "{}", summary(&r));
         assert_eq!(count(&r, "replicas", "commit-index-regressed-after-power-loss"), 1);
@@ -302,6 +309,7 @@ mod tests {
             ops: &[],
             replicas: &[read_back(2)],
             commits: &commits,
+            ..Default::default()
         });
         assert_eq!(count(&r, "replicas", "commit-index-regressed"), 1, "{}", summary(&r));
     }

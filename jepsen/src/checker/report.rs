@@ -8,16 +8,18 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::history::Op;
-use crate::observations::{CommitSample, ReplicaLog};
+use crate::observations::{CommitSample, MemberView, ReplicaLog};
 
 /// Anomalies kept per kind in [`CheckResult::anomalies`]; all are counted.
 pub const MAX_ANOMALIES_PER_KIND: usize = 100;
 
 /// What the checker reads.
+#[derive(Default)]
 pub struct Inputs<'a> {
     pub ops: &'a [Op],
     pub replicas: &'a [ReplicaLog],
     pub commits: &'a [CommitSample],
+    pub members: &'a [MemberView],
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -146,8 +146,7 @@ impl H {
     pub(super) fn check(&self) -> Results {
         check(&Inputs {
             ops: &self.ops,
-            replicas: &[],
-            commits: &[],
+            ..Default::default()
         })
     }
 }

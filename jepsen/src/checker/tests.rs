@@ -27,6 +27,7 @@ fn a_clean_history_passes_every_check() {
         ops: &h.ops,
         replicas: &replicas,
         commits: &commits,
+        ..Default::default()
     });
     let names: Vec<&str> = r.checks.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(
@@ -38,6 +39,7 @@ fn a_clean_history_passes_every_check() {
             "monotonic-consumers",
             "replicas",
             "held-messages",
+            "membership",
             "availability"
         ]
     );
@@ -110,7 +112,12 @@ fn malformed_histories_do_not_panic() {
         (&ops[..], &weird[..], &commits[..]),
         (&ops[..], &[][..], &[][..]),
     ] {
-        let r = check(&Inputs { ops, replicas, commits });
+        let r = check(&Inputs {
+            ops,
+            replicas,
+            commits,
+            ..Default::default()
+        });
         let s = summary(&r);
         assert!(s.lines().last().is_some_and(|l| l.ends_with(" failed")), "{s}");
         assert_eq!(r.stats.orphans, 6, "{s}");
@@ -212,6 +219,7 @@ fn a_large_clean_history_is_checked_in_linear_time() {
         ops: &h.ops,
         replicas: &replicas,
         commits: &commits,
+        ..Default::default()
     });
     assert!(r.valid, "{}", summary(&r));
     assert_eq!(r.stats.sends_ok, 20_000);

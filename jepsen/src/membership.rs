@@ -1,0 +1,254 @@
+//! The membership nemesis's moves, made the way an operator makes them:
+//! with the `raftmq cluster` commands, through the NameServer.
+//!
+//! | move | start | stop |
+//! |---|---|---|
+//! | transfer | `transfer-leader` to another node | nothing to undo |
+//! | remove, old disk | `remove-node` the leader or a follower, then `kill -9` it | start it on its old disk, `add-node` |
+//! | remove, empty disk | as above, then empty its data directory | start it on the empty disk (never bootstrapping), `add-node` |
+//!
+//! After the run, [`read_members`] asks every node which members its
+//! replicated configuration names, for the checker's `membership` check.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use rand::Rng;
+use rand::rngs::StdRng;
+
+use crate::cluster::{CLIENT_PORT, Cluster, RAFT_PORT};
+use crate::observations::MemberView;
+
+/// The broker group the harness runs.
+const GROUP: &str = "jepsen";
+/// One `raftmq cluster` command: `add-node` waits for the new learner to
+/// catch up, so it gets longer than a client call.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the stop side keeps retrying `add-node` (a leader may be
+/// changing hands meanwhile).
+const READD_WITHIN: Duration = Duration::from_secs(60);
+
+/// What the stop side must undo.
+pub enum Undo {
+    Nothing,
+    /// The node was removed and killed; `wiped` when its disk was emptied.
+    Readd {
+        id: u64,
+        wiped: bool,
+    },
+}
+
+fn lock(c: &Mutex<Cluster>) -> std::sync::MutexGuard<'_, Cluster> {
+    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `raftmq <args>` from the harness's namespace, killed after
+/// [`COMMAND_TIMEOUT`]; the error carries what it printed.
+pub async fn raftmq(bin: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.args(args).kill_on_drop(true);
+    let out = tokio::time::timeout(COMMAND_TIMEOUT, cmd.output())
+        .await
+        .with_context(|| format!("`raftmq {}` did not finish in {COMMAND_TIMEOUT:?}", args.join(" ")))?
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn bin_and_namesrv(cluster: &Mutex<Cluster>) -> (PathBuf, String) {
+    let c = lock(cluster);
+    (c.bin().to_path_buf(), c.namesrv_addr())
+}
+
+/// Starts one move; returns what to undo and the history's description.
+pub async fn start(
+    cluster: &Mutex<Cluster>,
+    rng: &mut StdRng,
+    leader: Option<u64>,
+    n: u64,
+) -> anyhow::Result<(Undo, String)> {
+    let (bin, ns) = bin_and_namesrv(cluster);
+    let move_kind = rng.random_range(0..3);
+    if move_kind == 0 {
+        let Some(from) = leader else {
+            return Ok((Undo::Nothing, "no leader to transfer leadership from".to_string()));
+        };
+        let to = loop {
+            let to = rng.random_range(1..=n);
+            if to != from {
+                break to;
+            }
+        };
+        let out = raftmq(
+            &bin,
+            &[
+                "cluster",
+                "transfer-leader",
+                "--namesrv",
+                &ns,
+                "--broker",
+                GROUP,
+                "--to",
+                &to.to_string(),
+            ],
+        )
+        .await;
+        let what = match out {
+            Ok(_) => "done".to_string(),
+            Err(e) => format!("failed: {e:#}"),
+        };
+        return Ok((
+            Undo::Nothing,
+            format!("leadership from node {from} to node {to}: {what}"),
+        ));
+    }
+    let (id, why) = match leader {
+        Some(l) if rng.random_bool(0.5) => (l, "leader"),
+        _ => (rng.random_range(1..=n), "random node"),
+    };
+    let wiped = move_kind == 2;
+    let removed = raftmq(
+        &bin,
+        &[
+            "cluster",
+            "remove-node",
+            "--namesrv",
+            &ns,
+            "--broker",
+            GROUP,
+            "--node-id",
+            &id.to_string(),
+        ],
+    )
+    .await;
+    // Killed whatever the answer: a removal that failed half-way (after
+    // the voter went, before the learner did) is still undone by add-node.
+    let mut c = lock(cluster);
+    c.kill(id)?;
+    if wiped {
+        c.wipe(id)?;
+    }
+    let disk = if wiped { "disk emptied" } else { "disk kept" };
+    let what = match removed {
+        Ok(_) => format!("node {id} ({why}) removed, killed, {disk}"),
+        Err(e) => format!("node {id} ({why}) removal failed ({e:#}), killed, {disk}"),
+    };
+    Ok((Undo::Readd { id, wiped }, what))
+}
+
+/// Undoes a move: starts the removed node and adds it back, retrying for
+/// up to [`READD_WITHIN`]. Returns what happened, for the history.
+pub async fn stop(cluster: &Mutex<Cluster>, undo: &Undo) -> anyhow::Result<String> {
+    let &Undo::Readd { id, wiped } = undo else {
+        return Ok(String::new());
+    };
+    lock(cluster).restart(id)?;
+    let (bin, ns) = bin_and_namesrv(cluster);
+    let ip = lock(cluster).nodes[id as usize - 1].host.ip.clone();
+    let (raft_addr, client_addr) = (format!("{ip}:{RAFT_PORT}"), format!("{ip}:{CLIENT_PORT}"));
+    let deadline = Instant::now() + READD_WITHIN;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let out = raftmq(
+            &bin,
+            &[
+                "cluster",
+                "add-node",
+                "--namesrv",
+                &ns,
+                "--broker",
+                GROUP,
+                "--node-id",
+                &id.to_string(),
+                "--raft-addr",
+                &raft_addr,
+                "--client-addr",
+                &client_addr,
+            ],
+        )
+        .await;
+        let disk = if wiped { "empty disk" } else { "old disk" };
+        match out {
+            Ok(_) => {
+                return Ok(format!(
+                    "node {id} restarted on its {disk} and added back (try {tries})"
+                ));
+            }
+            Err(e) if Instant::now() >= deadline => {
+                return Ok(format!(
+                    "node {id} restarted on its {disk}; adding it back failed {tries} times, last: {e:#}"
+                ));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// Every node's view of the members, from `raftmq node status`.
+pub async fn read_members(cluster: &Mutex<Cluster>) -> Vec<MemberView> {
+    let (bin, _) = bin_and_namesrv(cluster);
+    let nodes: Vec<(u64, String)> = lock(cluster).nodes.iter().map(|n| (n.id, n.client_addr())).collect();
+    let mut out = Vec::new();
+    for (node, addr) in nodes {
+        let view = match raftmq(&bin, &["node", "status", "--endpoint", &addr]).await {
+            Ok(text) => {
+                let (voters, learners) = parse_members(&text);
+                MemberView {
+                    node,
+                    voters: Some(voters),
+                    learners,
+                }
+            }
+            Err(e) => {
+                eprintln!("warning: node {node}'s members could not be read: {e:#}");
+                MemberView {
+                    node,
+                    voters: None,
+                    learners: Vec::new(),
+                }
+            }
+        };
+        out.push(view);
+    }
+    out
+}
+
+/// The voters and learners in `raftmq node status`'s member lines
+/// (`  node 2  voter    raft ...`).
+fn parse_members(text: &str) -> (Vec<u64>, Vec<u64>) {
+    let (mut voters, mut learners) = (Vec::new(), Vec::new());
+    for line in text.lines().filter(|l| l.starts_with("  node ")) {
+        let mut words = line.split_whitespace().skip(1);
+        let (Some(id), Some(kind)) = (words.next().and_then(|w| w.parse().ok()), words.next()) else {
+            continue;
+        };
+        match kind {
+            "voter" => voters.push(id),
+            "learner" => learners.push(id),
+            _ => {}
+        }
+    }
+    voters.sort_unstable();
+    learners.sort_unstable();
+    (voters, learners)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_lines_are_read_from_node_status() {
+        let text = "group jepsen  node 2  role follower  term 3\n\
+                    leader 1  last log 9  committed 9  applied 9\n\
+                    \x20 node 3  voter    raft 10.0.0.3:9091  client 10.0.0.3:8081\n\
+                    \x20 node 1  voter    raft 10.0.0.1:9091  client 10.0.0.1:8081\n\
+                    \x20 node 2  learner  raft 10.0.0.2:9091  client 10.0.0.2:8081\n";
+        assert_eq!(parse_members(text), (vec![1, 3], vec![2]));
+    }
+}
