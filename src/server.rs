@@ -108,7 +108,7 @@ impl RunningBroker {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         // A leader's planned stop: another node takes over first, while
         // this one still serves (and forwards to it).
-        self.broker.node.hand_over(HAND_OVER_WAIT).await;
+        self.broker.node.hand_over(raftmq_raft::node::HAND_OVER_WAIT).await;
         let _ = self.stop.send(true);
         let _ = self.registration.await;
         // Ends within serve::DRAIN_WAIT, open Telemetry streams or not.
@@ -118,9 +118,6 @@ impl RunningBroker {
         Ok(())
     }
 }
-
-/// How long a stopping leader waits for another node to take over.
-pub const HAND_OVER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs a broker from its config file until a signal arrives.
 pub async fn run(config: &std::path::Path) -> anyhow::Result<()> {

@@ -24,6 +24,9 @@ use crate::types::{LogId, NodeAddr, NodeId};
 
 /// How long a write waits for leadership to settle after an election.
 pub const SETTLE_WAIT: Duration = Duration::from_secs(2);
+/// How long a leader that is stopping, or being removed, waits for another
+/// voter to take over (see [`RaftNode::hand_over`]).
+pub const HAND_OVER_WAIT: Duration = Duration::from_secs(2);
 
 /// How a node runs. The broker fills it from its TOML config.
 #[derive(Debug, Clone)]

@@ -377,7 +377,7 @@ impl broker_server::Broker for BrokerService {
         // the request follows it there (a leader does not remove itself).
         if request.get_ref().node_id == node.id
             && node.is_leader()
-            && node.hand_over(crate::server::HAND_OVER_WAIT).await.is_none()
+            && node.hand_over(raftmq_raft::node::HAND_OVER_WAIT).await.is_none()
         {
             return Err(Status::unavailable(
                 "this node leads and no other voter took leadership over within 2 s; retry",
