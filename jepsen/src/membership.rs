@@ -110,7 +110,6 @@ pub async fn start(
         Some(l) if rng.random_bool(0.5) => (l, "leader"),
         _ => (rng.random_range(1..=n), "random node"),
     };
-    let wiped = move_kind == 2;
     let removed = raftmq(
         &bin,
         &[
@@ -127,6 +126,10 @@ pub async fn start(
     .await;
     // Killed whatever the answer: a removal that failed half-way (after
     // the voter went, before the learner did) is still undone by add-node.
+    // The disk is emptied only once the removal is certain: a voter that
+    // forgot its vote could vote twice in one term, which no operator
+    // should do and Raft does not survive.
+    let wiped = move_kind == 2 && removed.is_ok();
     let mut c = lock(cluster);
     c.kill(id)?;
     if wiped {
