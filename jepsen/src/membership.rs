@@ -59,6 +59,12 @@ pub async fn raftmq(bin: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `raftmq cluster <verb> --namesrv <ns> --broker jepsen <args>`.
+async fn cluster_command(bin: &Path, ns: &str, verb: &str, args: &[&str]) -> anyhow::Result<String> {
+    let all = [&["cluster", verb, "--namesrv", ns, "--broker", GROUP][..], args].concat();
+    raftmq(bin, &all).await
+}
+
 fn bin_and_namesrv(cluster: &Mutex<Cluster>) -> (PathBuf, String) {
     let c = lock(cluster);
     (c.bin().to_path_buf(), c.namesrv_addr())
@@ -83,20 +89,7 @@ pub async fn start(
                 break to;
             }
         };
-        let out = raftmq(
-            &bin,
-            &[
-                "cluster",
-                "transfer-leader",
-                "--namesrv",
-                &ns,
-                "--broker",
-                GROUP,
-                "--to",
-                &to.to_string(),
-            ],
-        )
-        .await;
+        let out = cluster_command(&bin, &ns, "transfer-leader", &["--to", &to.to_string()]).await;
         let what = match out {
             Ok(_) => "done".to_string(),
             Err(e) => format!("failed: {e:#}"),
@@ -110,20 +103,7 @@ pub async fn start(
         Some(l) if rng.random_bool(0.5) => (l, "leader"),
         _ => (rng.random_range(1..=n), "random node"),
     };
-    let removed = raftmq(
-        &bin,
-        &[
-            "cluster",
-            "remove-node",
-            "--namesrv",
-            &ns,
-            "--broker",
-            GROUP,
-            "--node-id",
-            &id.to_string(),
-        ],
-    )
-    .await;
+    let removed = cluster_command(&bin, &ns, "remove-node", &["--node-id", &id.to_string()]).await;
     // Killed whatever the answer: a removal that failed half-way (after
     // the voter went, before the learner did) is still undone by add-node.
     // The disk is emptied only once the removal is certain: a voter that
@@ -157,15 +137,11 @@ pub async fn stop(cluster: &Mutex<Cluster>, undo: &Undo) -> anyhow::Result<Strin
     let mut tries = 0;
     loop {
         tries += 1;
-        let out = raftmq(
+        let out = cluster_command(
             &bin,
+            &ns,
+            "add-node",
             &[
-                "cluster",
-                "add-node",
-                "--namesrv",
-                &ns,
-                "--broker",
-                GROUP,
                 "--node-id",
                 &id.to_string(),
                 "--raft-addr",
