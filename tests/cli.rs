@@ -584,70 +584,54 @@ async fn admin_commands_against_a_real_cluster() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let other = (1..=3).find(|i| *i != to).unwrap();
-    ok(&[
-        "cluster",
-        "remove-node",
-        "--namesrv",
-        n,
-        "--broker",
-        "test",
-        "--node-id",
-        &other.to_string(),
-    ]);
+    let remove = |id: u64| {
+        ok(&[
+            "cluster",
+            "remove-node",
+            "--namesrv",
+            n,
+            "--broker",
+            "test",
+            "--node-id",
+            &id.to_string(),
+        ])
+    };
+    let addrs: Vec<(String, String)> = (1..=3)
+        .map(|i| (cluster.node(i).raft_addr.clone(), cluster.node(i).client_addr.clone()))
+        .collect();
+    let add = |id: u64| {
+        let (raft, client) = &addrs[id as usize - 1];
+        ok(&[
+            "cluster",
+            "add-node",
+            "--namesrv",
+            n,
+            "--broker",
+            "test",
+            "--node-id",
+            &id.to_string(),
+            "--raft-addr",
+            raft,
+            "--client-addr",
+            client,
+        ])
+    };
+    remove(other);
     let s = cluster.status(to, false).await.unwrap();
     assert!(s.members.iter().all(|m| m.node_id != other), "{s:?}");
-    let (raft, client) = (
-        cluster.node(other).raft_addr.clone(),
-        cluster.node(other).client_addr.clone(),
-    );
-    ok(&[
-        "cluster",
-        "add-node",
-        "--namesrv",
-        n,
-        "--broker",
-        "test",
-        "--node-id",
-        &other.to_string(),
-        "--raft-addr",
-        &raft,
-        "--client-addr",
-        &client,
-    ]);
+    add(other);
     let s = cluster.status(to, false).await.unwrap();
     assert!(s.members.iter().any(|m| m.node_id == other && m.voter), "{s:?}");
 
     // The leader itself: leadership moves first, and the new leader
     // removes it (openraft does not let a leader remove itself).
     let removed = to;
-    ok(&[
-        "cluster",
-        "remove-node",
-        "--namesrv",
-        n,
-        "--broker",
-        "test",
-        "--node-id",
-        &removed.to_string(),
-    ]);
+    remove(removed);
     let leader = cluster.leader().await;
     assert_ne!(leader, removed, "the removed leader still leads");
     let s = cluster.status(leader, false).await.unwrap();
     assert!(s.members.iter().all(|m| m.node_id != removed), "{s:?}");
-    ok(&[
-        "cluster",
-        "add-node",
-        "--namesrv",
-        n,
-        "--broker",
-        "test",
-        "--node-id",
-        &removed.to_string(),
-        "--raft-addr",
-        &cluster.node(removed).raft_addr.clone(),
-        "--client-addr",
-        &cluster.node(removed).client_addr.clone(),
-    ]);
+    add(removed);
     let s = cluster.status(leader, false).await.unwrap();
     assert!(s.members.iter().any(|m| m.node_id == removed && m.voter), "{s:?}");
     cluster.check_alive();
