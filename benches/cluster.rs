@@ -86,6 +86,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             transaction: Default::default(),
             limits: Default::default(),
             identity: None,
+            tls: None,
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

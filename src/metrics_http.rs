@@ -12,7 +12,8 @@
 //! [`crate::broker::health::readiness`]; a NameServer is ready once it
 //! serves.
 //!
-//! Bounded like every port: at most [`MAX_CONNECTIONS`] connections at once
+//! HTTPS when the process has `[tls]` (the same certificate as its other
+//! ports). Bounded like every port: at most [`MAX_CONNECTIONS`] connections at once
 //! (more wait to be accepted), a request's headers must arrive within
 //! [`HEADER_TIMEOUT`] (so does the next one on a kept-alive connection), and
 //! a failing accept (out of file descriptors) backs off instead of spinning.
@@ -24,6 +25,8 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use raftmq_raft::tls::conn::Conn;
+use raftmq_raft::tls::{ClientAuth, Material};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -47,8 +50,15 @@ pub struct Probes {
     pub ready: Ready,
 }
 
-/// Serves the port on `listener` until `stop` turns true.
-pub fn spawn(listener: TcpListener, probes: Probes, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+/// Serves the port on `listener` until `stop` turns true; HTTPS when
+/// `tls` is given (no client certificate asked for: Prometheus and probes
+/// read only).
+pub fn spawn(
+    listener: TcpListener,
+    probes: Probes,
+    tls: Option<Arc<Material>>,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
@@ -71,9 +81,12 @@ pub fn spawn(listener: TcpListener, probes: Probes, mut stop: watch::Receiver<bo
                     continue;
                 }
             };
-            let probes = probes.clone();
+            let (probes, tls) = (probes.clone(), tls.clone());
             tokio::spawn(async move {
                 let _slot = slot;
+                let Ok(stream) = Conn::accept(stream, tls.as_deref().map(|m| (m, ClientAuth::None))).await else {
+                    return;
+                };
                 let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let probes = probes.clone();
                     async move { Ok::<_, Infallible>(answer(req.method(), req.uri().path(), &probes)) }

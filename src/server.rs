@@ -38,6 +38,10 @@ impl RunningBroker {
         if cfg.unsafe_ack_before_commit {
             tracing::warn!("unsafe_ack_before_commit is set: this node loses acknowledged messages on faults");
         }
+        let tls = match &cfg.tls {
+            Some(t) => Some(t.load().map_err(anyhow::Error::msg).context("[tls]")?),
+            None => None,
+        };
         if cfg.identity.is_some() && cfg.bootstrap {
             // Ordinal 0 of a StatefulSet bootstraps only a group that never
             // was: with a lost disk it waits for the leader instead.
@@ -48,12 +52,17 @@ impl RunningBroker {
                 .map(|p| p.client_addr.clone())
                 .filter(|a| *a != me)
                 .collect();
-            if crate::broker::identity::group_exists(&others).await {
+            let dialer = tls
+                .clone()
+                .map_or_else(raftmq_raft::tls::Dialer::plain, raftmq_raft::tls::Dialer::tls);
+            if crate::broker::identity::group_exists(&others, &dialer).await {
                 cfg.bootstrap = false;
             }
         }
-        let node = RaftNode::start(cfg.node_config()).await?;
-        let broker = Arc::new(Broker::new(node, cfg));
+        let mut node_cfg = cfg.node_config();
+        node_cfg.tls = tls.clone();
+        let node = RaftNode::start(node_cfg).await?;
+        let broker = Arc::new(Broker::new(node, cfg, tls.clone()));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         // Clients multiplex long polls (one per assigned queue) on one
         // connection: room for many, not for unbounded.
@@ -68,6 +77,10 @@ impl RunningBroker {
             stopped,
             "client",
             limits.max_connections,
+            tls.clone().map(|material| raftmq_raft::serve::Tls {
+                material,
+                auth: raftmq_raft::tls::ClientAuth::Optional,
+            }),
             LenientAuthority::new,
         );
         let registration = tokio::spawn(crate::broker::registration::run(broker.clone(), stop.subscribe()));
@@ -85,7 +98,7 @@ impl RunningBroker {
                     metrics: Arc::new(move || m.encode()),
                     ready: Arc::new(move || crate::broker::health::readiness(&b.node)),
                 };
-                crate::metrics_http::spawn(l, probes, stop.subscribe());
+                crate::metrics_http::spawn(l, probes, tls.clone(), stop.subscribe());
                 Some(local)
             }
             None => None,

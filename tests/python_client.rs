@@ -191,3 +191,29 @@ fn route_groups(json: &str) -> Vec<String> {
     groups.sort();
     groups
 }
+
+/// `raftmq dev --secure`: the official client with `tls_enable=True`,
+/// trusting the cluster's CA through gRPC's own environment variable, sends
+/// and receives over TLS, through one node's port and then every node's
+/// (the routes name them all).
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_trusting_the_cluster_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, info) = common::dev::start_dev(dir.path(), common::dev::base_port(), &["--secure"]);
+    let ca = info["ca_cert"].as_str().expect("dev.json names ca_cert").to_string();
+    // One access point: over TLS, grpc checks the server's certificate
+    // against the channel's authority, and a list of addresses
+    // ("a:1,b:2") is no name a certificate can carry. The routes name one
+    // node per queue for the same reason (route.rs, `OnePerQueue`).
+    let access = info["nodes"][1]["client_addr"].as_str().unwrap();
+    let out = compat("tls", access, "TestTopic", "TlsGroup")
+        .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &ca)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -20,6 +20,7 @@
 //! | [`network`]       | the gRPC client side of the Raft transport                         |
 //! | [`service`]       | the gRPC server side, feeding requests into openraft               |
 //! | [`serve`]         | serving gRPC on a bound listener (TCP_NODELAY, shutdown)           |
+//! | [`tls`]           | TLS on every port: certificates that reload, member identities, the dialer |
 //! | [`node`]          | one node: store, log, state machine, Raft, transport, bootstrap     |
 //! | `wire`            | openraft messages <-> protobuf                                      |
 //! | [`error`]         | [`RaftError`]: retryable (not leader, unavailable) vs final; storage errors as `io::Error` |
@@ -52,6 +53,7 @@ pub mod secret;
 pub mod serve;
 pub mod service;
 pub mod state_machine;
+pub mod tls;
 pub mod types;
 mod wire;
 

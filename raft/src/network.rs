@@ -61,14 +61,16 @@ pub struct NetworkFactory {
     /// Addresses to dial for some peers instead of the ones in the
     /// membership (a peer reachable from here through a NAT or a proxy).
     dial: Arc<HashMap<NodeId, String>>,
+    dialer: crate::tls::Dialer,
 }
 
 impl NetworkFactory {
-    pub fn new(group: &str, dial: HashMap<NodeId, String>) -> NetworkFactory {
+    pub fn new(group: &str, dial: HashMap<NodeId, String>, dialer: crate::tls::Dialer) -> NetworkFactory {
         NetworkFactory {
             group: Arc::from(group),
             channels: Arc::default(),
             dial: Arc::new(dial),
+            dialer,
         }
     }
 
@@ -82,7 +84,7 @@ impl NetworkFactory {
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10));
-        let channel = endpoint.connect_lazy();
+        let channel = self.dialer.channel(endpoint, crate::tls::dial::host_of(addr));
         channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }

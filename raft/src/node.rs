@@ -61,6 +61,9 @@ pub struct NodeConfig {
     /// epoch); the broker passes its own, which fault injection can skew.
     pub wall_clock_ms: fn() -> u64,
     pub store: StoreConfig,
+    /// TLS on the Raft port and towards peers: mutual, with certificates
+    /// from the cluster's CA naming this group's nodes. None: plain.
+    pub tls: Option<Arc<crate::tls::Material>>,
 }
 
 impl NodeConfig {
@@ -83,6 +86,7 @@ impl NodeConfig {
             retention_interval: Duration::from_secs(10),
             wall_clock_ms: || raftmq_store::retention::SystemClock.now_ms(),
             store: StoreConfig::default(),
+            tls: None,
         }
     }
 
@@ -131,6 +135,13 @@ pub struct RaftNode {
     raft_addr: std::net::SocketAddr,
 }
 
+/// How this node dials its peers: with its own certificate when TLS is on.
+fn dialer(cfg: &NodeConfig) -> crate::tls::Dialer {
+    cfg.tls
+        .clone()
+        .map_or_else(crate::tls::Dialer::plain, crate::tls::Dialer::tls)
+}
+
 /// Opens the store (recovering it after a crash), the Raft log over it
 /// and the state machine.
 async fn open_storage(cfg: &NodeConfig) -> Result<(Store, LogStore, StateMachine), RaftError> {
@@ -177,7 +188,7 @@ impl RaftNode {
         let raft = Raft::new(
             cfg.node_id,
             config,
-            NetworkFactory::new(&cfg.group, cfg.dial_overrides.clone()),
+            NetworkFactory::new(&cfg.group, cfg.dial_overrides.clone(), dialer(&cfg)),
             log.clone(),
             sm.clone(),
         )
@@ -187,9 +198,21 @@ impl RaftNode {
         let (stop, stopped) = watch::channel(false);
         // A few streams per peer: replication, heartbeats, votes, snapshots;
         // a few connections per peer, with room for reconnects.
-        let router = crate::serve::builder(64)
-            .add_service(RaftService::new(raft.clone(), &cfg.group, cfg.node_id, catching_up.clone()).into_server());
-        let server = crate::serve::spawn(listener, router, stopped, "raft transport", RAFT_MAX_CONNECTIONS);
+        let router = crate::serve::builder(64).add_service(
+            RaftService::new(
+                raft.clone(),
+                &cfg.group,
+                cfg.node_id,
+                catching_up.clone(),
+                cfg.tls.is_some(),
+            )
+            .into_server(),
+        );
+        let tls = cfg.tls.clone().map(|material| crate::serve::Tls {
+            material,
+            auth: crate::tls::ClientAuth::Required,
+        });
+        let server = crate::serve::spawn(listener, router, stopped, "raft transport", RAFT_MAX_CONNECTIONS, tls);
 
         let node = Arc::new(RaftNode {
             id: cfg.node_id,

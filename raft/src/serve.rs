@@ -1,15 +1,19 @@
 //! Serving gRPC on an already bound listener, the way every raftmq server
-//! does it (Raft transport, broker, NameServer).
+//! does it (Raft transport, broker, NameServer), plain or TLS.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::transport::server::{Connected, Router};
+
+use crate::tls::conn::Conn;
+use crate::tls::{ClientAuth, Material};
 
 /// Pings an idle HTTP/2 connection this often, and drops it when a ping
 /// goes unanswered for [`KEEPALIVE_TIMEOUT`]: a peer that vanished (power
@@ -39,8 +43,15 @@ pub fn builder(max_streams: u32) -> tonic::transport::Server {
         .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
 }
 
+/// TLS for a port: the material, and which client certificates it asks for.
+#[derive(Clone)]
+pub struct Tls {
+    pub material: Arc<Material>,
+    pub auth: ClientAuth,
+}
+
 /// Serves `router` on `listener` until `stop` turns true, holding at most
-/// `max_connections` connections at once.
+/// `max_connections` connections at once, with TLS when `tls` is given.
 ///
 /// Accepted sockets get TCP_NODELAY here: tonic's `Server::tcp_nodelay`
 /// does not reach the sockets of a custom incoming stream, and without it
@@ -51,61 +62,44 @@ pub fn spawn(
     stop: watch::Receiver<bool>,
     what: &'static str,
     max_connections: usize,
+    tls: Option<Tls>,
 ) -> tokio::task::JoinHandle<()> {
-    spawn_wrapped(listener, router, stop, what, max_connections, |s| s)
+    spawn_wrapped(listener, router, stop, what, max_connections, tls, |c| c)
 }
 
-/// As [`spawn`], with each accepted socket wrapped by `wrap` before tonic
-/// sees it.
+/// As [`spawn`], with each accepted connection (decrypted, when TLS) wrapped
+/// by `wrap` before tonic sees it.
 ///
 /// The accept loop is ours, not tonic's: tonic retries a failed accept at
 /// once, which spins a core while the process is out of file descriptors;
 /// here failures back off (10 ms, doubling to 1 s). A connection past
-/// `max_connections` is closed as soon as it is accepted.
+/// `max_connections` is closed as soon as it is accepted. TLS handshakes
+/// run each in its own task, bounded by [`crate::tls::HANDSHAKE_TIMEOUT`],
+/// so a slow or silent peer delays nobody else's connection.
 pub fn spawn_wrapped<IO, F>(
     listener: TcpListener,
     router: Router,
     mut stop: watch::Receiver<bool>,
     what: &'static str,
     max_connections: usize,
+    tls: Option<Tls>,
     wrap: F,
 ) -> tokio::task::JoinHandle<()>
 where
-    F: Fn(TcpStream) -> IO + Send + 'static,
+    F: Fn(Conn) -> IO + Send + Sync + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(max_connections));
-    let incoming = futures::stream::unfold(
-        (listener, permits, wrap, 0u64),
-        move |(l, permits, wrap, mut refused)| async move {
-            let mut backoff = ACCEPT_BACKOFF_MIN;
-            loop {
-                match l.accept().await {
-                    Ok((s, peer)) => {
-                        let Ok(permit) = permits.clone().try_acquire_owned() else {
-                            if refused % 1000 == 0 {
-                                tracing::warn!(%peer, refused = refused + 1, "{what}: {max_connections} connections open, the limit: closing new ones");
-                            }
-                            refused += 1;
-                            drop(s);
-                            continue;
-                        };
-                        let _ = s.set_nodelay(true);
-                        let io = Counted {
-                            inner: wrap(s),
-                            _permit: permit,
-                        };
-                        return Some((Ok::<_, std::io::Error>(io), (l, permits, wrap, refused)));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "{what}: accept failed; retrying in {backoff:?}");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                    }
-                }
-            }
-        },
-    );
+    let (ready, incoming) = tokio::sync::mpsc::channel::<Counted<IO>>(64);
+    let accepting = tokio::spawn(accept_loop(
+        listener,
+        stop.clone(),
+        what,
+        max_connections,
+        tls,
+        Arc::new(wrap),
+        ready,
+    ));
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(incoming).map(Ok::<_, std::io::Error>);
     tokio::spawn(async move {
         let mut stopping = stop.clone();
         let shutdown = async move {
@@ -126,7 +120,83 @@ where
             },
             _ = drained => tracing::info!("{what}: calls still open after {DRAIN_WAIT:?}; closing their connections"),
         }
+        accepting.abort();
     })
+}
+
+/// Accepts connections until `stop`, handing them to the server through
+/// `ready` (after their handshake, when TLS).
+async fn accept_loop<IO, F>(
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+    what: &'static str,
+    max_connections: usize,
+    tls: Option<Tls>,
+    wrap: Arc<F>,
+    ready: tokio::sync::mpsc::Sender<Counted<IO>>,
+) where
+    F: Fn(Conn) -> IO + Send + Sync + 'static,
+    IO: Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(max_connections));
+    let mut refused = 0u64;
+    let failed_handshakes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let (s, peer) = match accepted {
+            Ok(a) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                a
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "{what}: accept failed; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            if refused.is_multiple_of(1000) {
+                tracing::warn!(%peer, refused = refused + 1, "{what}: {max_connections} connections open, the limit: closing new ones");
+            }
+            refused += 1;
+            drop(s);
+            continue;
+        };
+        let _ = s.set_nodelay(true);
+        let handshake = tls.is_some();
+        let (tls, wrap, ready) = (tls.clone(), wrap.clone(), ready.clone());
+        let failed = Arc::clone(&failed_handshakes);
+        let connect = async move {
+            match Conn::accept(s, tls.as_ref().map(|t| (&*t.material, t.auth))).await {
+                Ok(conn) => {
+                    let _ = ready
+                        .send(Counted {
+                            inner: wrap(conn),
+                            _permit: permit,
+                        })
+                        .await;
+                }
+                Err(e) => {
+                    // Port scanners and plaintext clients: said once in a
+                    // while, not once per attempt.
+                    let n = failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if n.is_multiple_of(100) {
+                        tracing::warn!(%peer, error = %e, failed = n + 1, "{what}: TLS handshake failed");
+                    }
+                }
+            }
+        };
+        if handshake {
+            tokio::spawn(connect);
+        } else {
+            connect.await;
+        }
+    }
 }
 
 /// How long a stopping server lets open calls finish.

@@ -12,6 +12,7 @@ use crate::catching_up::CatchingUp;
 use crate::network::{GROUP_HEADER, TARGET_HEADER};
 use crate::pb::raft_server;
 use crate::state_machine::MAX_SNAPSHOT_BYTES;
+use crate::tls::PeerInfo;
 use crate::types::{Snapshot, SnapshotMeta};
 use crate::{pb, wire};
 
@@ -24,21 +25,46 @@ pub struct RaftService {
     /// [`MAX_SNAPSHOT_BYTES`] (a group has one leader sending them).
     installs: Arc<tokio::sync::Semaphore>,
     catching_up: CatchingUp,
+    /// The port is mutual TLS: every call must come from a member of this
+    /// group, and may speak only for itself.
+    members_only: bool,
 }
 
 impl RaftService {
-    pub fn new(raft: Raft, group: &str, node_id: u64, catching_up: CatchingUp) -> RaftService {
+    pub fn new(raft: Raft, group: &str, node_id: u64, catching_up: CatchingUp, members_only: bool) -> RaftService {
         RaftService {
             raft,
             group: group.to_string(),
             node_id,
             installs: Arc::new(tokio::sync::Semaphore::new(1)),
             catching_up,
+            members_only,
         }
     }
 
-    /// Refuses a call addressed to another group or node.
-    fn check<T>(&self, r: &Request<T>) -> Result<(), Status> {
+    /// Refuses a call addressed to another group or node, and, on a mutual
+    /// TLS port, one from anyone but a member of this group. Gives the
+    /// calling member's node id (none without TLS), which the call's vote
+    /// must name: a member cannot campaign or lead in another's name.
+    fn check<T>(&self, r: &Request<T>) -> Result<Option<u64>, Status> {
+        self.check_address(r)?;
+        if !self.members_only {
+            return Ok(None);
+        }
+        let caller = PeerInfo::node_of(r).map_err(Status::unauthenticated)?;
+        match caller {
+            Some(id) if id.group == self.group => Ok(Some(id.node)),
+            Some(id) => Err(Status::permission_denied(format!(
+                "the caller's certificate names {id}, not a member of group {}",
+                self.group
+            ))),
+            None => Err(Status::unauthenticated(
+                "the Raft port admits only members, whose certificates name their group and node",
+            )),
+        }
+    }
+
+    fn check_address<T>(&self, r: &Request<T>) -> Result<(), Status> {
         let md = r.metadata();
         let group = md.get(GROUP_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
         let target = md
@@ -65,6 +91,17 @@ fn bad(e: impl std::fmt::Display) -> Status {
     Status::invalid_argument(e.to_string())
 }
 
+/// Refuses a vote that names another node than the calling member.
+fn speaks_for_itself(caller: Option<u64>, vote: &crate::types::Vote) -> Result<(), Status> {
+    match caller {
+        Some(node) if vote.leader_id.voted_for != node => Err(Status::permission_denied(format!(
+            "node {node} sent a vote in the name of node {}",
+            vote.leader_id.voted_for
+        ))),
+        _ => Ok(()),
+    }
+}
+
 type AppendStream = Pin<Box<dyn Stream<Item = Result<pb::AppendResponse, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
@@ -72,13 +109,15 @@ impl raft_server::Raft for RaftService {
     type AppendStream = AppendStream;
 
     async fn append(&self, request: Request<Streaming<pb::AppendRequest>>) -> Result<Response<AppendStream>, Status> {
-        self.check(&request)?;
+        let caller = self.check(&request)?;
         // A malformed request ends the input; its error is sent after the
         // answers to the requests before it.
         let failure: Arc<Mutex<Option<Status>>> = Arc::default();
         let noted = failure.clone();
         let input = request.into_inner().scan((), move |_, r| {
-            let decoded = r.and_then(|pb| wire::append_from_pb(pb).map_err(bad));
+            let decoded = r
+                .and_then(|pb| wire::append_from_pb(pb).map_err(bad))
+                .and_then(|req| speaks_for_itself(caller, &req.vote).map(|()| req));
             let next = match decoded {
                 Ok(req) => Some(req),
                 Err(status) => {
@@ -102,7 +141,7 @@ impl raft_server::Raft for RaftService {
     }
 
     async fn vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
-        self.check(&request)?;
+        let caller = self.check(&request)?;
         // Its log may lack entries it helped commit: a vote from it could
         // elect a leader without them.
         if let Some(target) = self.catching_up.target() {
@@ -112,6 +151,7 @@ impl raft_server::Raft for RaftService {
             )));
         }
         let req = wire::vote_req_from_pb(request.into_inner()).map_err(bad)?;
+        speaks_for_itself(caller, &req.vote)?;
         let resp = self
             .raft
             .vote(req)
@@ -124,7 +164,7 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotReply>, Status> {
-        self.check(&request)?;
+        let caller = self.check(&request)?;
         let _installing = self
             .installs
             .clone()
@@ -140,6 +180,7 @@ impl raft_server::Raft for RaftService {
             _ => return Err(bad("a snapshot must start with its header")),
         };
         let vote = wire::vote_from_pb(header.vote).map_err(bad)?;
+        speaks_for_itself(caller, &vote)?;
         let meta: SnapshotMeta =
             serde_json::from_slice(&header.meta_json).map_err(|e| bad(format!("snapshot meta: {e}")))?;
         if header.total_len > MAX_SNAPSHOT_BYTES {
@@ -186,8 +227,9 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderReply>, Status> {
-        self.check(&request)?;
+        let caller = self.check(&request)?;
         let req = wire::transfer_from_pb(request.into_inner()).map_err(bad)?;
+        speaks_for_itself(caller, req.from_leader())?;
         let result = self
             .raft
             .handle_transfer_leader(req)

@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use raftmq_raft::tls::TlsConfig;
 use raftmq_raft::{NodeAddr, NodeConfig};
 use raftmq_store::StoreConfig;
 use serde::{Deserialize, Serialize};
@@ -136,6 +137,11 @@ pub struct BrokerConfig {
     /// keys it derives are filled in by [`BrokerConfig::load`].
     #[serde(default)]
     pub identity: Option<IdentityConfig>,
+    /// TLS on every port of this node (`[tls]`, see
+    /// [`raftmq_raft::tls::TlsConfig`]); the Raft port and the NameServer
+    /// path are then mutual. None: plaintext.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 /// Timed and delay messages.
@@ -294,6 +300,18 @@ impl BrokerConfig {
         // service); listen addresses must be this host's IPs.
         if self.group.is_empty() {
             return bad("broker (the broker group's name) must not be empty".into());
+        }
+        // Certificates name the group in a URI (tls::identity).
+        if self.tls.is_some()
+            && !self
+                .group
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return bad(format!(
+                "with [tls], broker {:?} must be letters, digits, '-', '_' and '.' only (certificates name it)",
+                self.group
+            ));
         }
         for (what, addr) in [
             ("client_listen", &self.client_listen),

@@ -178,13 +178,13 @@ pub fn apply(table: &mut toml::Table, host: &str) -> Result<(), ConfigError> {
 /// at least once (a term above 0): then this node's empty store is a lost
 /// disk, not a new group, and it must wait to be sent the log instead of
 /// bootstrapping a second history. Unreachable peers say nothing.
-pub async fn group_exists(peers: &[String]) -> bool {
+pub async fn group_exists(peers: &[String], dialer: &raftmq_raft::tls::Dialer) -> bool {
     for addr in peers {
         let Ok(ep) = crate::client::channel::endpoint(addr, Duration::from_millis(500)) else {
             continue;
         };
         let call = async {
-            let channel = ep.timeout(Duration::from_secs(1)).connect().await.ok()?;
+            let channel = crate::client::channel::lazy(ep.timeout(Duration::from_secs(1)), addr, dialer);
             crate::proto::pb::broker_client::BrokerClient::new(channel)
                 .status(crate::proto::pb::StatusRequest { with_digest: false })
                 .await

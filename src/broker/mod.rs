@@ -57,6 +57,7 @@ use openraft::async_runtime::WatchReceiver;
 use raftmq_raft::command::{AdminCommand, BatchOutcome, Response, SendBatch, TopicConfig};
 use raftmq_raft::consumption::GroupConfig;
 use raftmq_raft::message::MessageView;
+use raftmq_raft::tls::Dialer;
 use raftmq_raft::{Message, NodeAddr, RaftNode};
 use tonic::transport::Channel;
 
@@ -93,6 +94,9 @@ pub struct Broker {
     pub metrics: Arc<BrokerMetrics>,
     pub batcher: Batcher,
     peers: Mutex<HashMap<String, Channel>>,
+    /// How this node dials peers and NameServers: with its certificate
+    /// when it has `[tls]`.
+    pub dialer: Dialer,
     scans: Arc<tokio::sync::Semaphore>,
     /// Sends in progress at this node (`limits.max_inflight_sends`).
     sends: Arc<tokio::sync::Semaphore>,
@@ -101,7 +105,7 @@ pub struct Broker {
 }
 
 impl Broker {
-    pub fn new(node: Arc<RaftNode>, cfg: BrokerConfig) -> Broker {
+    pub fn new(node: Arc<RaftNode>, cfg: BrokerConfig, tls: Option<Arc<raftmq_raft::tls::Material>>) -> Broker {
         let clients = Arc::new(Clients::new(cfg.limits.max_clients));
         let identity = NodeIdentity {
             cluster: &cfg.cluster,
@@ -135,6 +139,7 @@ impl Broker {
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
             digests: Arc::new(tokio::sync::Semaphore::new(1)),
             live: runtime_config::LiveConfig::new(cfg.clone()),
+            dialer: tls.map_or_else(Dialer::plain, Dialer::tls),
             cfg,
         }
     }
@@ -240,9 +245,9 @@ impl Broker {
         Ok(match peers.get(client_addr) {
             Some(c) => c.clone(),
             None => {
-                let c = crate::client::channel::endpoint(client_addr, Duration::from_millis(500))
-                    .map_err(|e| BrokerError::Internal(format!("peer address: {e}")))?
-                    .connect_lazy();
+                let ep = crate::client::channel::endpoint(client_addr, Duration::from_millis(500))
+                    .map_err(|e| BrokerError::Internal(format!("peer address: {e}")))?;
+                let c = crate::client::channel::lazy(ep, client_addr, &self.dialer);
                 peers.insert(client_addr.to_string(), c.clone());
                 c
             }

@@ -17,12 +17,15 @@ const CHANGE_POLL: Duration = Duration::from_millis(50);
 /// Per-call deadline towards a NameServer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn clients(addrs: &[String]) -> Vec<(String, NameServerClient<Channel>)> {
+fn clients(addrs: &[String], dialer: &raftmq_raft::tls::Dialer) -> Vec<(String, NameServerClient<Channel>)> {
     addrs
         .iter()
         .filter_map(|a| {
             let ep = crate::client::channel::endpoint(a, CALL_TIMEOUT).ok()?;
-            Some((a.clone(), NameServerClient::new(ep.connect_lazy())))
+            Some((
+                a.clone(),
+                NameServerClient::new(crate::client::channel::lazy(ep, a, dialer)),
+            ))
         })
         .collect()
 }
@@ -63,7 +66,7 @@ pub fn heartbeat(broker: &Broker) -> Option<pb::BrokerHeartbeat> {
 
 /// Runs until `stop` turns true, then unregisters.
 pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let targets = clients(&broker.cfg.namesrv_addrs);
+    let targets = clients(&broker.cfg.namesrv_addrs, &broker.dialer);
     if targets.is_empty() {
         return;
     }

@@ -2,21 +2,40 @@
 //! NameServer of a list that answers, and each broker group's address
 //! (its leader's, as the NameServers know it).
 
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::bail;
+use raftmq_raft::tls::material::Files;
+use raftmq_raft::tls::{Dialer, Material};
 use tonic::transport::Channel;
 
 use crate::proto::pb;
 use crate::proto::pb::name_server_client::NameServerClient;
 
+/// How every command dials: plain unless `--ca-cert` was given.
+static DIALER: OnceLock<Dialer> = OnceLock::new();
+
+/// Makes every connection of this process TLS, trusting the CA in `ca_cert`.
+pub fn use_tls(ca_cert: &Path) -> anyhow::Result<()> {
+    let material = Material::load(Files::client(ca_cert)).map_err(anyhow::Error::msg)?;
+    let _ = DIALER.set(Dialer::tls(Arc::new(material)));
+    Ok(())
+}
+
+/// The dialer every command uses.
+pub fn dialer() -> Dialer {
+    DIALER.get().cloned().unwrap_or_default()
+}
+
 /// A lazily connected channel to `addr`, with a bounded connect and call
 /// time.
 pub fn channel(addr: &str) -> anyhow::Result<Channel> {
-    Ok(crate::client::channel::endpoint(addr, Duration::from_secs(3))
+    let ep = crate::client::channel::endpoint(addr, Duration::from_secs(3))
         .map_err(anyhow::Error::msg)?
-        .timeout(Duration::from_secs(10))
-        .connect_lazy())
+        .timeout(Duration::from_secs(10));
+    Ok(crate::client::channel::lazy(ep, addr, &dialer()))
 }
 
 /// How long a node has to answer before it counts as unreachable.

@@ -54,6 +54,11 @@ pub struct DevArgs {
     /// settings); see deploy/CONFIG.md for the keys.
     #[arg(long, value_name = "FILE")]
     pub node_config: Option<PathBuf>,
+    /// TLS on every port, with a CA and certificates made under DIR/certs
+    /// (kept for the next run); `dev.json` names the CA file as `ca_cert`,
+    /// which clients pass as `--ca-cert`.
+    #[arg(long)]
+    pub secure: bool,
 }
 
 /// `DIR/dev.json`: where everything is, for scripts.
@@ -62,6 +67,9 @@ struct DevInfo {
     namesrv_addr: String,
     namesrv_metrics_addr: String,
     nodes: Vec<DevNode>,
+    /// With `--secure`: the CA's PEM, what clients must trust.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ca_cert: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -144,15 +152,23 @@ fn layout(a: &DevArgs) -> anyhow::Result<Layout> {
     })
 }
 
-fn write_configs(dir: &Path, l: &Layout, flush: &str, overlay: Option<&Path>) -> anyhow::Result<()> {
+fn write_configs(
+    dir: &Path,
+    l: &Layout,
+    flush: &str,
+    overlay: Option<&Path>,
+    certs: Option<&crate::cli::dev_secure::Certs>,
+) -> anyhow::Result<()> {
     let overlay = overlay.map(read_overlay).transpose()?;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let dir = dir.canonicalize()?;
+    let tls = |name: &str| certs.map(|c| c.tls_table(name)).unwrap_or_default();
     std::fs::write(
         dir.join("namesrv.toml"),
         format!(
-            "# Written by `raftmq dev`.\nlisten = \"{}\"\nmetrics_listen = \"{}\"\n",
-            l.namesrv, l.namesrv_metrics
+            "# Written by `raftmq dev`.\nlisten = \"{}\"\nmetrics_listen = \"{}\"\n{}",
+            l.namesrv,
+            l.namesrv_metrics,
+            tls("namesrv")
         ),
     )?;
     for n in &l.nodes {
@@ -168,7 +184,7 @@ fn write_configs(dir: &Path, l: &Layout, flush: &str, overlay: Option<&Path>) ->
         let generated = format!(
             "broker = \"{}\"\nnode_id = {}\n\
                  data_dir = \"{}\"\nclient_listen = \"{}\"\nraft_listen = \"{}\"\nbootstrap = {}\n\
-                 namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{}\"\n\n{peers}[store]\nsegment_size = 67108864\nflush_mode = \"{flush}\"\n",
+                 namesrv_addrs = [\"{}\"]\nmetrics_listen = \"{}\"\n\n{peers}[store]\nsegment_size = 67108864\nflush_mode = \"{flush}\"\n{}",
             n.group,
             n.id,
             dir.join(&n.name).display(),
@@ -177,6 +193,7 @@ fn write_configs(dir: &Path, l: &Layout, flush: &str, overlay: Option<&Path>) ->
             n.id == 1,
             l.namesrv,
             n.metrics,
+            tls(&n.name),
         );
         let body = match &overlay {
             None => generated,
@@ -374,7 +391,7 @@ async fn leader_of(l: &Layout, group: &str) -> Option<String> {
         let Ok(ep) = crate::client::channel::endpoint(c, Duration::from_millis(300)) else {
             continue;
         };
-        let Ok(channel) = ep.connect().await else { continue };
+        let channel = crate::client::channel::lazy(ep, c, &crate::cli::connect::dialer());
         if let Ok(s) = BrokerClient::new(channel)
             .status(pb::StatusRequest { with_digest: false })
             .await
@@ -425,11 +442,7 @@ async fn wait_for_leader(
 
 /// Creates (or keeps) `TestTopic` in `group`, through its leader.
 async fn create_dev_topic(group: &str, leader: &str) -> anyhow::Result<()> {
-    let channel = crate::client::channel::endpoint(leader, Duration::from_secs(2))
-        .map_err(anyhow::Error::msg)?
-        .connect()
-        .await?;
-    BrokerClient::new(channel)
+    BrokerClient::new(crate::cli::connect::channel(leader)?)
         .put_topic(pb::PutTopicRequest {
             name: DEV_TOPIC.into(),
             read_queues: 8,
@@ -445,8 +458,18 @@ async fn create_dev_topic(group: &str, leader: &str) -> anyhow::Result<()> {
 pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     let l = layout(&a)?;
     let _lock = lock_dir(&a.dir)?;
-    write_configs(&a.dir, &l, &a.flush, a.node_config.as_deref())?;
     let dir = a.dir.canonicalize()?;
+    let certs = if a.secure {
+        let mut processes = vec![("namesrv".to_string(), None)];
+        processes.extend(l.nodes.iter().map(|n| (n.name.clone(), Some((n.group.clone(), n.id)))));
+        let certs = crate::cli::dev_secure::ensure(&dir, &processes)?;
+        // dev's own calls (leaders, the topic) go over TLS too.
+        crate::cli::connect::use_tls(&certs.ca_cert)?;
+        Some(certs)
+    } else {
+        None
+    };
+    write_configs(&dir, &l, &a.flush, a.node_config.as_deref(), certs.as_ref())?;
     let info_path = dir.join("dev.json");
     let _ = std::fs::remove_file(&info_path);
     let mut children = Children(Vec::new());
@@ -492,6 +515,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
                 pid: *pid,
             })
             .collect(),
+        ca_cert: certs.as_ref().map(|c| c.ca_cert.clone()),
     };
     let tmp = dir.join("dev.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
@@ -514,12 +538,16 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             groups.join(", ")
         );
     }
+    let http = if a.secure { "https" } else { "http" };
     println!();
     println!("  access points   {access}");
     println!(
-        "  NameServer      {}  (metrics http://{}/metrics)",
+        "  NameServer      {}  (metrics {http}://{}/metrics)",
         l.namesrv, l.namesrv_metrics
     );
+    if let Some(ca) = &info.ca_cert {
+        println!("  TLS             every port; clients trust {}", ca.display());
+    }
     println!("  topic           {DEV_TOPIC} (8 queues in each group)");
     println!("  data and logs   {}", dir.display());
     for n in &info.nodes {
@@ -529,12 +557,15 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             format!("{} node {}", n.group, n.node_id)
         };
         println!(
-            "  {who:<15} client {}  raft {}  metrics http://{}/metrics  pid {}",
+            "  {who:<15} client {}  raft {}  metrics {http}://{}/metrics  pid {}",
             n.client_addr, n.raft_addr, n.metrics_addr, n.pid
         );
     }
     println!();
     println!("Try, from another terminal:");
+    if let Some(ca) = &info.ca_cert {
+        println!("  export RAFTMQ_CA_CERT={}", ca.display());
+    }
     println!("  raftmq produce --endpoint '{access}' --topic {DEV_TOPIC} --count 10");
     println!("  raftmq consume --endpoint '{access}' --topic {DEV_TOPIC} --group DevGroup --count 10");
     println!("  raftmq cluster status --namesrv {}", l.namesrv);

@@ -5,6 +5,7 @@
 //! | module      | commands                                                        |
 //! |-------------|-----------------------------------------------------------------|
 //! | [`dev`]     | `raftmq dev`: a NameServer and three-node groups, one command    |
+//! | [`dev_secure`] | `raftmq dev --secure`: its CA, certificates and `[tls]` tables |
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
 //! | [`bench`]   | `raftmq bench produce|consume|e2e`, with plots                  |
 //! | [`connect`] | how commands reach a cluster: NameServers, broker groups, channels |
@@ -28,6 +29,7 @@ pub mod broker_config;
 pub mod connect;
 pub mod connections;
 pub mod dev;
+pub mod dev_secure;
 pub mod display;
 pub mod group;
 pub mod inspect;
@@ -54,6 +56,10 @@ pub struct Cli {
     /// Log format on stderr. The filter comes from RUST_LOG (default: info,openraft=warn).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
+    /// Speak TLS to the cluster, trusting the CA in this PEM file (the
+    /// `ca_cert` that `raftmq dev --secure` prints).
+    #[arg(long, env = "RAFTMQ_CA_CERT", global = true)]
+    pub ca_cert: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -151,6 +157,9 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(ca) = &cli.ca_cert {
+        crate::cli::connect::use_tls(ca)?;
+    }
     match cli.command {
         Command::Dev(a) => runtime()?.block_on(crate::cli::dev::run(a)),
         Command::Produce(a) => runtime()?.block_on(crate::cli::produce::produce(a)),

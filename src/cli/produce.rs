@@ -57,7 +57,7 @@ pub struct RecallArgs {
 }
 
 pub async fn recall(a: RecallArgs) -> anyhow::Result<()> {
-    let client = Client::connect(&a.endpoint)?;
+    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?;
     let id = client
         .recall(&a.topic, &a.handle)
         .await
@@ -150,7 +150,7 @@ where
 }
 
 pub async fn produce(a: ProduceArgs) -> anyhow::Result<()> {
-    let client = Client::connect(&a.endpoint)?;
+    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?;
     let started = Instant::now();
     let quiet = a.count > 20 && !a.verbose;
     for i in 0..a.count {
@@ -207,7 +207,7 @@ fn show(m: &Received) -> String {
 }
 
 pub async fn consume(a: ConsumeArgs) -> anyhow::Result<()> {
-    let client = Client::connect(&a.endpoint)?;
+    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?;
     let deadline = Instant::now() + a.timeout;
     let mut got = 0u64;
     // Made once: see `raftmq dev` (a `ctrl_c()` per turn can miss a SIGINT).

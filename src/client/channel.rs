@@ -1,12 +1,13 @@
 //! How raftmq's clients (forwarding, registration, route lookups, the CLI)
-//! open gRPC channels: plain HTTP/2 to `host:port`, TCP_NODELAY (Nagle's
-//! algorithm with delayed ACKs stalls small calls for 40 ms), and a bounded
-//! connect time.
+//! open gRPC channels: HTTP/2 to `host:port`, plain or TLS (a
+//! [`Dialer`]), TCP_NODELAY (Nagle's algorithm with delayed ACKs stalls
+//! small calls for 40 ms), and a bounded connect time.
 
 use std::time::Duration;
 
+use raftmq_raft::tls::Dialer;
 use tonic::Status;
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 
 /// An endpoint for `addr` (`host:port`, or a full `http://` URL).
 pub fn endpoint(addr: &str, connect_timeout: Duration) -> Result<Endpoint, String> {
@@ -18,6 +19,18 @@ pub fn endpoint(addr: &str, connect_timeout: Duration) -> Result<Endpoint, Strin
     Endpoint::from_shared(url)
         .map(|e| e.tcp_nodelay(true).connect_timeout(connect_timeout))
         .map_err(|e| format!("{addr:?} is not a host:port address: {e}"))
+}
+
+/// A lazily connected channel for `endpoint`, made from `addr` by
+/// [`endpoint`]: a TLS server must show a certificate for `addr`'s host as
+/// written (not the address `RAFTMQ_HOSTS` rewrites it to).
+pub fn lazy(endpoint: Endpoint, addr: &str, dialer: &Dialer) -> Channel {
+    let host = if addr.contains("://") {
+        endpoint.uri().host().unwrap_or("").to_string()
+    } else {
+        raftmq_raft::tls::dial::host_of(addr).to_string()
+    };
+    dialer.channel(endpoint, &host)
 }
 
 /// `host:port` with a port number and a host name or IP (`[v6]:port`), at
@@ -76,6 +89,13 @@ pub fn explain(addr: &str, s: &Status, expected: &str) -> String {
         }
         tonic::Code::Unavailable if not_delivered(s) => {
             let cause = std::error::Error::source(s).map_or_else(|| s.message().to_string(), root_cause);
+            // rustls reading a plaintext answer.
+            if cause.contains("corrupt message") {
+                return format!("{addr}: the TLS handshake got no TLS answer ({cause}); does it serve plaintext?");
+            }
+            if cause.contains("certificate") {
+                return format!("{addr}: TLS: {cause} (is --ca-cert the CA that issued the cluster's certificates?)");
+            }
             format!("{addr}: nothing reachable there ({cause}); is {expected} running at that address?")
         }
         code => {
@@ -84,7 +104,22 @@ pub fn explain(addr: &str, s: &Status, expected: &str) -> String {
             } else {
                 s.message()
             };
-            format!("{addr}: {message}")
+            // HTTP/2 spoken to a port that expects a TLS handshake first:
+            // the server answers garbage or hangs up.
+            if ["h2 protocol error", "operation was canceled", "connection closed"]
+                .iter()
+                .any(|m| message.contains(m))
+            {
+                return format!(
+                    "{addr}: {message}; if it serves TLS, pass --ca-cert <the cluster's CA> (or set RAFTMQ_CA_CERT)"
+                );
+            }
+            // tonic says only "transport error"; the cause is what a person
+            // can act on (a reset connection, a refused certificate).
+            match std::error::Error::source(s).map(root_cause) {
+                Some(cause) if !message.contains(&cause) => format!("{addr}: {message} ({cause})"),
+                _ => format!("{addr}: {message}"),
+            }
         }
     }
 }

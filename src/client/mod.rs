@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use raftmq_raft::tls::Dialer;
 use tonic::transport::Channel;
 
 use crate::proto::rocketmq::v2;
@@ -244,10 +245,16 @@ impl Client {
     /// A client over `access_points` (`host:port`, separated by `;` or `,`).
     /// Connections are made on first use.
     pub fn connect(access_points: &str) -> Result<Client, ClientError> {
+        Client::connect_with(access_points, &Dialer::plain())
+    }
+
+    /// [`Client::connect`] through `dialer`: TLS with
+    /// `Dialer::tls(Arc::new(Material::load(Files::client(ca_cert))?))`.
+    pub fn connect_with(access_points: &str, dialer: &Dialer) -> Result<Client, ClientError> {
         let mut nodes = Vec::new();
         for a in access_points.split([';', ',']).map(str::trim).filter(|a| !a.is_empty()) {
             let ep = crate::client::channel::endpoint(a, Duration::from_secs(2)).map_err(ClientError::Invalid)?;
-            nodes.push((a.to_string(), ep.connect_lazy()));
+            nodes.push((a.to_string(), crate::client::channel::lazy(ep, a, dialer)));
         }
         if nodes.is_empty() {
             return Err(ClientError::Invalid(

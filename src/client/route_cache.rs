@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use raftmq_raft::tls::Dialer;
 use tonic::transport::Channel;
 
 use crate::proto::pb;
@@ -31,14 +32,18 @@ pub struct RouteCache {
 }
 
 impl RouteCache {
-    pub fn new(addrs: &[String], refresh: Duration) -> RouteCache {
+    pub fn new(addrs: &[String], refresh: Duration, dialer: &Dialer) -> RouteCache {
         let namesrvs: Vec<_> = addrs
             .iter()
             .filter_map(|a| {
                 let ep = crate::client::channel::endpoint(a, Duration::from_secs(2)).ok()?;
                 Some((
                     a.clone(),
-                    NameServerClient::new(ep.timeout(Duration::from_secs(3)).connect_lazy()),
+                    NameServerClient::new(crate::client::channel::lazy(
+                        ep.timeout(Duration::from_secs(3)),
+                        a,
+                        dialer,
+                    )),
                 ))
             })
             .collect();
@@ -145,7 +150,11 @@ mod tests {
         client.heartbeat(hb(4)).await.unwrap();
 
         // A dead NameServer in the list is skipped.
-        let cache = RouteCache::new(&["127.0.0.1:1".to_string(), addr.clone()], Duration::from_secs(3600));
+        let cache = RouteCache::new(
+            &["127.0.0.1:1".to_string(), addr.clone()],
+            Duration::from_secs(3600),
+            &Dialer::plain(),
+        );
         let r = cache.route("T").await.unwrap();
         assert_eq!(r.groups[0].queues.as_ref().unwrap().write_queues, 4);
         assert_eq!(cache.route("Nope").await, Err(RouteError::NotFound("Nope".into())));
@@ -169,7 +178,7 @@ mod tests {
             8
         );
 
-        let none = RouteCache::new(&["127.0.0.1:1".to_string()], REFRESH);
+        let none = RouteCache::new(&["127.0.0.1:1".to_string()], REFRESH, &Dialer::plain());
         assert!(matches!(none.route("T").await, Err(RouteError::Unavailable(_))));
         ns.shutdown().await;
     }

@@ -5,10 +5,16 @@
 //! scan_interval_ms = 10000     # how often silent brokers are looked for
 //! expiry_ms = 120000           # a broker silent this long is dropped
 //! metrics_listen = "127.0.0.1:9877"   # Prometheus /metrics (optional)
+//!
+//! [tls]                        # optional: TLS on both ports, brokers show
+//! cert = "certs/namesrv.pem"   # certificates naming their group and node
+//! key = "certs/namesrv.key"
+//! ca_cert = "certs/ca.pem"
 //! ```
 
 use std::path::Path;
 
+use raftmq_raft::tls::TlsConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigError, read_toml};
@@ -24,6 +30,8 @@ pub struct NamesrvConfig {
     pub expiry_ms: u64,
     /// Where Prometheus scrapes `/metrics`; none: no endpoint.
     pub metrics_listen: Option<String>,
+    /// TLS on both ports (see [`raftmq_raft::tls::TlsConfig`]).
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for NamesrvConfig {
@@ -33,6 +41,7 @@ impl Default for NamesrvConfig {
             scan_interval_ms: 10_000,
             expiry_ms: 120_000,
             metrics_listen: None,
+            tls: None,
         }
     }
 }

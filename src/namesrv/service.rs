@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use raftmq_raft::tls::PeerInfo;
 use tonic::{Request, Response, Status};
 
 use super::config::NamesrvConfig;
@@ -15,18 +16,39 @@ use crate::proto::pb::name_server_server::{NameServer, NameServerServer};
 pub struct NamesrvService {
     registry: Arc<Mutex<Registry>>,
     metrics: Arc<NamesrvMetrics>,
+    /// With TLS, a broker speaks only for itself: its certificate must
+    /// name the group and node it heartbeats or unregisters.
+    members_only: bool,
 }
 
 impl NamesrvService {
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// Refuses a call about `group`'s node `node` from anyone but that
+    /// node, when TLS is on.
+    fn check_caller<T>(&self, r: &Request<T>, group: &str, node: u64) -> Result<(), Status> {
+        if !self.members_only {
+            return Ok(());
+        }
+        match PeerInfo::node_of(r).map_err(Status::unauthenticated)? {
+            Some(id) if id.group == group && id.node == node => Ok(()),
+            Some(id) => Err(Status::permission_denied(format!(
+                "the caller's certificate names {id}, not group {group} node {node}"
+            ))),
+            None => Err(Status::unauthenticated(
+                "brokers register with a certificate from the cluster's CA naming their group and node",
+            )),
+        }
+    }
 }
 
 #[tonic::async_trait]
 impl NameServer for NamesrvService {
     async fn heartbeat(&self, request: Request<pb::BrokerHeartbeat>) -> Result<Response<pb::HeartbeatReply>, Status> {
-        let from = request.remote_addr().map(|a| a.ip());
+        let from = PeerInfo::ip(&request);
+        self.check_caller(&request, &request.get_ref().group, request.get_ref().node_id)?;
         let hb = request.into_inner();
         validate(&hb).map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.metrics.heartbeats.inc();
@@ -51,7 +73,8 @@ impl NameServer for NamesrvService {
         &self,
         request: Request<pb::UnregisterRequest>,
     ) -> Result<Response<pb::UnregisterReply>, Status> {
-        let from = request.remote_addr().map(|a| a.ip());
+        let from = PeerInfo::ip(&request);
+        self.check_caller(&request, &request.get_ref().group, request.get_ref().node_id)?;
         let r = request.into_inner();
         let removed = self
             .registry()
@@ -101,10 +124,15 @@ impl RunningNamesrv {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr()?;
+        let tls = match &cfg.tls {
+            Some(t) => Some(t.load().map_err(|e| anyhow::anyhow!("[tls]: {e}"))?),
+            None => None,
+        };
         let registry: Arc<Mutex<Registry>> = Arc::default();
         let service = NamesrvService {
             metrics: Arc::new(NamesrvMetrics::new(registry.clone())),
             registry,
+            members_only: tls.is_some(),
         };
         let (stop, stopped) = tokio::sync::watch::channel(false);
         if let Some(m) = &cfg.metrics_listen {
@@ -117,7 +145,7 @@ impl RunningNamesrv {
                 // Its answers need nothing but its own table.
                 ready: Arc::new(|| Ok("serving".into())),
             };
-            crate::metrics_http::spawn(l, probes, stop.subscribe());
+            crate::metrics_http::spawn(l, probes, tls.clone(), stop.subscribe());
         }
 
         // The expiry scan.
@@ -141,7 +169,13 @@ impl RunningNamesrv {
         });
 
         let router = raftmq_raft::serve::builder(128).add_service(NameServerServer::new(service));
-        let server = raftmq_raft::serve::spawn(listener, router, stopped, "nameserver", MAX_CONNECTIONS);
+        // Clients and the CLI read routes without a certificate; brokers
+        // show theirs (check_caller).
+        let tls = tls.map(|material| raftmq_raft::serve::Tls {
+            material,
+            auth: raftmq_raft::tls::ClientAuth::Optional,
+        });
+        let server = raftmq_raft::serve::spawn(listener, router, stopped, "nameserver", MAX_CONNECTIONS, tls);
         tracing::info!(%addr, "nameserver started");
         Ok(RunningNamesrv { addr, stop, server })
     }

@@ -11,6 +11,44 @@ pub fn base_port() -> u16 {
     1_000 + (std::process::id() % 20_000) as u16
 }
 
+/// A running `raftmq dev`, stopped when dropped: a failed assertion must
+/// not leave a cluster behind (its nodes die with it, by PR_SET_PDEATHSIG).
+pub struct Dev(std::process::Child);
+
+impl std::ops::Deref for Dev {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Dev {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Dev {
+    /// SIGINT, as a person stops it (it stops its nodes), and SIGKILL if it
+    /// is still there after 30 s.
+    fn drop(&mut self) {
+        if !matches!(self.0.try_wait(), Ok(None)) {
+            return;
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while matches!(self.0.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// Starts `raftmq dev` on `dir` (its stderr in `dir/dev.stderr`) and waits
 /// (90 s at most) for its `dev.json`, which it returns.
 ///
@@ -18,7 +56,7 @@ pub fn base_port() -> u16 {
 /// 100 %: the host's disk use must not decide a test (a CI machine once
 /// stood at 91.8 % and the nodes rightly refused writes; retention has its
 /// own tests).
-pub fn start_dev(dir: &std::path::Path, base: u16, extra: &[&str]) -> (std::process::Child, serde_json::Value) {
+pub fn start_dev(dir: &std::path::Path, base: u16, extra: &[&str]) -> (Dev, serde_json::Value) {
     let dev_err = dir.join("dev.stderr");
     let node_config = dir.join("test-node-config.toml");
     std::fs::write(
@@ -26,7 +64,7 @@ pub fn start_dev(dir: &std::path::Path, base: u16, extra: &[&str]) -> (std::proc
         "[store.retention]\ndisk_warn_ratio = 1.0\ndisk_force_ratio = 1.0\ndisk_refuse_ratio = 1.0\n",
     )
     .unwrap();
-    let mut dev = Command::new(env!("CARGO_BIN_EXE_raftmq"))
+    let mut dev = Dev(Command::new(env!("CARGO_BIN_EXE_raftmq"))
         .arg("dev")
         .args(extra)
         .arg("--node-config")
@@ -38,7 +76,7 @@ pub fn start_dev(dir: &std::path::Path, base: u16, extra: &[&str]) -> (std::proc
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&dev_err).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap());
     let info_path = dir.join("dev.json");
     let deadline = Instant::now() + Duration::from_secs(90);
     while !info_path.exists() {

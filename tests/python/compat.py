@@ -651,11 +651,35 @@ def rolling(args):
         print(json.dumps({"acked": len(acked), "failed": len(senders.failed), "longest_gap_s": round(longest, 3),
                           "restart_s": round(ended - began, 1)}), flush=True)
 
+def tls(args):
+    """Over TLS (tls_enable=True; the CA comes from
+    GRPC_DEFAULT_SSL_ROOTS_FILE_PATH): sends, then receives what it sent."""
+    cfg = config(args)
+    producer = Producer(cfg, (args.topic,), tls_enable=True)
+    producer.startup()
+    try:
+        sent = set()
+        for i in range(5):
+            body = "tls-%d" % i
+            producer.send(message(args.topic, body))
+            sent.add(body)
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(cfg, args.group, {args.topic: FilterExpression("*")}, tls_enable=True)
+    consumer.startup()
+    try:
+        got = drain(consumer, sent, 60)
+        bodies = {m.body.decode() for m in got}
+        check(sent <= bodies, "every message sent over TLS is received over TLS (%d missing)" % len(sent - bodies))
+    finally:
+        consumer.shutdown()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument(
         "scenario", choices=["simple", "fifo", "push", "failover", "sql92", "timed", "timed-failover", "transactions",
-                     "two-groups", "rolling"]
+                     "two-groups", "rolling", "tls"]
     )
     ap.add_argument("--endpoints", required=True)
     ap.add_argument("--topic", required=True)
@@ -672,6 +696,7 @@ def main():
         "transactions": transactions,
         "two-groups": two_groups,
         "rolling": rolling,
+        "tls": tls,
     }[args.scenario](args)
     log("scenario %s passed" % args.scenario)
 

@@ -27,7 +27,7 @@ pub(super) async fn receive_message(
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
     // Counted where the client sent it, not again where it was forwarded.
     let counted = !crate::grpc::is_forwarded(request.metadata());
-    let peer = request.remote_addr().map(|a| a.ip());
+    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
     // Held while the receive waits, here and (forwarded) on the leader.
     let out = match svc.broker.long_polls.acquire(&client) {
         Ok(_slot) => {
@@ -64,7 +64,7 @@ pub(super) async fn ack_message(
     let n = request.get_ref().entries.len();
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
     let counted = !crate::grpc::is_forwarded(request.metadata());
-    let peer = request.remote_addr().map(|a| a.ip());
+    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
     let out = svc
         .on_leader(
             request,

@@ -139,11 +139,21 @@ pub enum EndpointStyle {
     AllNodes,
     /// The addresses joined with `,` into one grpc-js target.
     GrpcJsTarget,
+    /// One address per queue, the group's nodes in turn (the leader
+    /// first): over TLS, a client checks the server's certificate against
+    /// its channel's target, and a multi-address target (`ipv4:a:p,b:p`)
+    /// names no host a certificate can carry. A dead node then costs its
+    /// queues until the next route refresh; producers retry on the next
+    /// queue, which another node serves.
+    OnePerQueue,
 }
 
 impl EndpointStyle {
     /// The style the calling client needs: what its gRPC library is.
-    pub fn of(metadata: &tonic::metadata::MetadataMap) -> EndpointStyle {
+    pub fn of(metadata: &tonic::metadata::MetadataMap, tls: bool) -> EndpointStyle {
+        if tls {
+            return EndpointStyle::OnePerQueue;
+        }
         let grpc_js = crate::grpc::header(metadata, "user-agent").contains("grpc-node-js/");
         if grpc_js || crate::grpc::header(metadata, super::service::LANGUAGE).eq_ignore_ascii_case("NODE_JS") {
             EndpointStyle::GrpcJsTarget
@@ -156,7 +166,7 @@ impl EndpointStyle {
 /// [`endpoints`] shaped for `style` (see the module doc).
 pub fn styled_endpoints(addrs: &[String], style: EndpointStyle) -> v2::Endpoints {
     let mut e = endpoints(addrs);
-    if style == EndpointStyle::AllNodes || e.addresses.len() < 2 {
+    if style != EndpointStyle::GrpcJsTarget || e.addresses.len() < 2 {
         return e;
     }
     let ips: Option<Vec<IpAddr>> = e.addresses.iter().map(|a| a.host.parse().ok()).collect();
@@ -178,10 +188,19 @@ pub fn styled_endpoints(addrs: &[String], style: EndpointStyle) -> v2::Endpoints
 pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues], style: EndpointStyle) -> Vec<v2::MessageQueue> {
     let mut out = Vec::new();
     for g in groups {
-        let broker = v2::Broker {
+        let all = styled_endpoints(&g.endpoints, style);
+        // The official clients refuse a domain-name endpoint of more than
+        // one address ("Multiple addresses not allowed in domain schema").
+        let by_name = all.scheme == v2::AddressScheme::DomainName as i32 && all.addresses.len() > 1;
+        let per_queue = style == EndpointStyle::OnePerQueue || by_name;
+        let broker_for = |queue: u32| v2::Broker {
             name: g.group.clone(),
             id: 0,
-            endpoints: Some(styled_endpoints(&g.endpoints, style)),
+            endpoints: Some(if per_queue && !g.endpoints.is_empty() {
+                endpoints(std::slice::from_ref(&g.endpoints[queue as usize % g.endpoints.len()]))
+            } else {
+                all.clone()
+            }),
         };
         let accept: Vec<i32> = accepted_types(g.message_type).into_iter().map(|t| t as i32).collect();
         // Counts from other groups come from the NameServers: held to the
@@ -199,7 +218,7 @@ pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues], style: Endpo
                 topic: Some(topic.clone()),
                 id: id as i32,
                 permission: permission as i32,
-                broker: Some(broker.clone()),
+                broker: Some(broker_for(id)),
                 accept_message_types: accept.clone(),
             });
         }
@@ -213,7 +232,7 @@ pub(super) async fn query_route(
     svc: &MessagingService,
     request: Request<v2::QueryRouteRequest>,
 ) -> Result<Response<v2::QueryRouteResponse>, Status> {
-    let style = EndpointStyle::of(request.metadata());
+    let style = EndpointStyle::of(request.metadata(), svc.broker.cfg.tls.is_some());
     let req = request.into_inner();
     let out = async {
         let name = topic_name(req.topic.as_ref())?;
@@ -238,7 +257,7 @@ pub(super) async fn query_assignment(
     svc: &MessagingService,
     request: Request<v2::QueryAssignmentRequest>,
 ) -> Result<Response<v2::QueryAssignmentResponse>, Status> {
-    let style = EndpointStyle::of(request.metadata());
+    let style = EndpointStyle::of(request.metadata(), svc.broker.cfg.tls.is_some());
     let req = request.into_inner();
     let out = async {
         group_name(req.group.as_ref())?;
@@ -373,5 +392,37 @@ mod tests {
                 .host
                 .starts_with("ipv4:")
         );
+    }
+
+    #[test]
+    fn one_address_per_queue_over_tls_and_for_domain_names() {
+        let topic = v2::Resource {
+            resource_namespace: String::new(),
+            name: "T".into(),
+        };
+        let only = |q: &v2::MessageQueue| {
+            let e = q.broker.as_ref().unwrap().endpoints.as_ref().unwrap();
+            assert_eq!(e.addresses.len(), 1, "{e:?}");
+            format!("{}:{}", e.addresses[0].host, e.addresses[0].port)
+        };
+        for (addrs, style) in [
+            (
+                ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
+                EndpointStyle::OnePerQueue,
+            ),
+            (["b-0.b:1", "b-1.b:2", "b-2.b:3"], EndpointStyle::AllNodes),
+        ] {
+            let g = GroupQueues {
+                group: "g1".into(),
+                read_queues: 4,
+                write_queues: 4,
+                perm: 6,
+                message_type: TopicMessageType::Normal,
+                endpoints: addrs.iter().map(|a| a.to_string()).collect(),
+            };
+            let q = message_queues(&topic, &[g], style);
+            let got: Vec<String> = q.iter().map(only).collect();
+            assert_eq!(got, [addrs[0], addrs[1], addrs[2], addrs[0]]);
+        }
     }
 }

@@ -139,8 +139,13 @@ pub struct MessagingService {
 
 impl MessagingService {
     pub fn new(broker: Arc<Broker>) -> MessagingServiceServer<MessagingService> {
-        let routes = (!broker.cfg.namesrv_addrs.is_empty())
-            .then(|| RouteCache::new(&broker.cfg.namesrv_addrs, crate::client::route_cache::REFRESH));
+        let routes = (!broker.cfg.namesrv_addrs.is_empty()).then(|| {
+            RouteCache::new(
+                &broker.cfg.namesrv_addrs,
+                crate::client::route_cache::REFRESH,
+                &broker.dialer,
+            )
+        });
         // Validated with the config.
         let delay_levels_ms = broker.cfg.timer.levels_ms().unwrap_or_default();
         MessagingServiceServer::new(MessagingService {
@@ -158,7 +163,9 @@ impl MessagingService {
     pub(super) fn admit<T>(&self, r: &Request<T>) -> Result<(), BrokerError> {
         let id = grpc::header(r.metadata(), CLIENT_ID);
         if id.is_empty() {
-            let peer = r.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default();
+            let peer = raftmq_raft::tls::PeerInfo::ip(r)
+                .map(|a| a.to_string())
+                .unwrap_or_default();
             self.broker.flow_control.admit(&peer)
         } else {
             self.broker.flow_control.admit(id)

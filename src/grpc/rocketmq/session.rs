@@ -24,7 +24,7 @@ pub(super) async fn heartbeat(
     let id = header(request.metadata(), CLIENT_ID).to_string();
     let language = header(request.metadata(), LANGUAGE).to_string();
     let version = header(request.metadata(), CLIENT_VERSION).to_string();
-    let peer = request.remote_addr().map(|a| a.ip());
+    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
     let req = request.into_inner();
     let group = req.group.map(|g| g.name);
     let client_type = v2::ClientType::try_from(req.client_type).unwrap_or(v2::ClientType::Unspecified);
@@ -49,7 +49,7 @@ pub(super) async fn telemetry(
     let id = header(request.metadata(), CLIENT_ID).to_string();
     let header_language = header(request.metadata(), LANGUAGE).to_string();
     let header_version = header(request.metadata(), CLIENT_VERSION).to_string();
-    let peer = request.remote_addr().map(|a| a.ip());
+    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
     // Refused before the stream opens: the client sees why at once.
     crate::broker::clients::validate_id(&id).map_err(|e| Status::invalid_argument(e.to_string()))?;
     let mut inbound = request.into_inner();
@@ -159,7 +159,7 @@ pub(super) async fn notify_client_termination(
     request: Request<v2::NotifyClientTerminationRequest>,
 ) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
     let id = header(request.metadata(), CLIENT_ID).to_string();
-    let peer = request.remote_addr().map(|a| a.ip());
+    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
     let gone = svc.broker.clients.remove(&id, peer);
     Ok(Response::new(v2::NotifyClientTerminationResponse {
         status: Some(gone.map_or_else(|e| e.v2_status(), |()| ok())),

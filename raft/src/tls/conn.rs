@@ -1,0 +1,154 @@
+//! An accepted connection, plain or TLS, and what a handler can learn of
+//! the peer at its other end.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::pki_types::CertificateDer;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tonic::transport::server::Connected;
+
+use super::identity::{self, NodeIdentity};
+use super::material::{ClientAuth, Material};
+
+/// A TLS handshake must finish within this time; a peer that opens a
+/// connection and says nothing holds its connection slot no longer.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What tonic puts in every request's extensions for a connection served
+/// by [`crate::serve`] (in place of tonic's own `TcpConnectInfo`).
+#[derive(Debug, Clone, Default)]
+pub struct PeerInfo {
+    pub remote_addr: Option<SocketAddr>,
+    /// The peer's verified chain, leaf first; none on a plain connection
+    /// or when the peer showed no certificate.
+    pub certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+impl PeerInfo {
+    pub fn of<T>(r: &tonic::Request<T>) -> Option<&PeerInfo> {
+        r.extensions().get::<PeerInfo>()
+    }
+
+    /// The caller's IP address, if the request came over the network.
+    pub fn ip<T>(r: &tonic::Request<T>) -> Option<IpAddr> {
+        PeerInfo::of(r).and_then(|p| p.remote_addr).map(|a| a.ip())
+    }
+
+    /// The member the caller's certificate names: `Ok(None)` when it
+    /// showed none (or the connection is plain).
+    pub fn node(&self) -> Result<Option<NodeIdentity>, String> {
+        match self.certs.as_ref().and_then(|c| c.first()) {
+            Some(leaf) => identity::of_cert(leaf),
+            None => Ok(None),
+        }
+    }
+
+    /// [`PeerInfo::node`] of a request's connection.
+    pub fn node_of<T>(r: &tonic::Request<T>) -> Result<Option<NodeIdentity>, String> {
+        PeerInfo::of(r).map_or(Ok(None), PeerInfo::node)
+    }
+}
+
+/// One accepted connection.
+pub enum Conn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl Conn {
+    /// Completes the TLS handshake of an accepted socket (bounded by
+    /// [`HANDSHAKE_TIMEOUT`]), or passes a plain one through.
+    pub async fn accept(tcp: TcpStream, tls: Option<(&Material, ClientAuth)>) -> std::io::Result<Conn> {
+        let Some((material, auth)) = tls else {
+            return Ok(Conn::Plain(tcp));
+        };
+        let config = material
+            .current()
+            .server(auth)
+            .ok_or_else(|| std::io::Error::other("TLS is on but this process has no certificate to serve with"))?;
+        let handshake = tokio_rustls::TlsAcceptor::from(config).accept(tcp);
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+            Ok(r) => r.map(|s| Conn::Tls(Box::new(s))),
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "TLS handshake timed out",
+            )),
+        }
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = PeerInfo;
+
+    fn connect_info(&self) -> PeerInfo {
+        let certs = match self {
+            Conn::Plain(_) => None,
+            Conn::Tls(s) => s.get_ref().1.peer_certificates().map(|c| Arc::new(c.to_vec())),
+        };
+        PeerInfo {
+            remote_addr: self.tcp().peer_addr().ok(),
+            certs,
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(s) => s.is_write_vectored(),
+            Conn::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}

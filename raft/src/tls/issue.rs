@@ -1,0 +1,81 @@
+//! A small CA for `raftmq dev --secure`, the tests and the jepsen harness:
+//! a self-signed root and the leaf certificates it signs, as PEM.
+//!
+//! A production cluster brings certificates from its own PKI; they need
+//! only the names described in [`super::identity`] (and, for every server,
+//! the DNS names or IP addresses it is dialled at).
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
+};
+
+/// A certificate and its private key, PEM-encoded.
+#[derive(Clone)]
+pub struct Pem {
+    pub cert: String,
+    pub key: String,
+}
+
+/// A CA that signs leaves.
+pub struct Ca {
+    pem: Pem,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+fn err(e: rcgen::Error) -> String {
+    format!("certificate generation: {e}")
+}
+
+impl Ca {
+    /// A new root with a fresh ECDSA P-256 key.
+    pub fn new(name: &str) -> Result<Ca, String> {
+        let key = KeyPair::generate().map_err(err)?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let cert = params.self_signed(&key).map_err(err)?;
+        Ok(Ca {
+            pem: Pem {
+                cert: cert.pem(),
+                key: key.serialize_pem(),
+            },
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// A CA made before, from its certificate and key (PEM).
+    pub fn load(pem: Pem) -> Result<Ca, String> {
+        let key = KeyPair::from_pem(&pem.key).map_err(err)?;
+        let issuer = Issuer::from_ca_cert_pem(&pem.cert, key).map_err(err)?;
+        Ok(Ca { pem, issuer })
+    }
+
+    /// The root certificate (what clients trust) and its key.
+    pub fn pem(&self) -> &Pem {
+        &self.pem
+    }
+
+    /// A leaf for `hosts` (DNS names or IP addresses, as dialled), usable
+    /// to serve and to call; with `member`, it also names that group's node.
+    pub fn leaf(&self, common_name: &str, hosts: &[&str], member: Option<(&str, u64)>) -> Result<Pem, String> {
+        let key = KeyPair::generate().map_err(err)?;
+        let mut params =
+            CertificateParams::new(hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>()).map_err(err)?;
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        if let Some((group, node)) = member {
+            let uri = super::identity::node_uri(group, node);
+            params
+                .subject_alt_names
+                .push(SanType::URI(uri.try_into().map_err(err)?));
+        }
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.issuer).map_err(err)?;
+        Ok(Pem {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        })
+    }
+}
