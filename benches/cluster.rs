@@ -87,6 +87,7 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             limits: Default::default(),
             identity: None,
             tls: None,
+            acl: Default::default(),
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,

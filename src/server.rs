@@ -68,7 +68,10 @@ impl RunningBroker {
         // connection: room for many, not for unbounded.
         let limits = &broker.cfg.limits;
         let router = raftmq_raft::serve::builder(limits.max_streams_per_connection)
-            .add_service(BrokerService::new(broker.clone()))
+            .add_service(crate::grpc::admin_access::AdminGate::new(
+                BrokerService::new(broker.clone()),
+                broker.clone(),
+            ))
             .add_service(MessagingService::new(broker.clone()));
         // Official clients may send a multi-address :authority (see h2_authority).
         let server = raftmq_raft::serve::spawn_wrapped(
@@ -87,6 +90,7 @@ impl RunningBroker {
         // Leader duties; the tasks end with `stop`.
         crate::broker::held::timers::spawn(broker.clone(), stop.subscribe());
         crate::broker::held::transactions::spawn(broker.clone(), stop.subscribe());
+        crate::broker::acl_admin::spawn_init_user(broker.clone(), stop.subscribe());
         let metrics_addr = match &broker.cfg.metrics_listen {
             Some(addr) => {
                 let l = tokio::net::TcpListener::bind(addr)

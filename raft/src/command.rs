@@ -199,6 +199,8 @@ pub enum AdminCommand {
     SetWritable {
         writable: bool,
     },
+    /// A change to users or access policies ([`crate::acl`]).
+    Acl(crate::acl::AclCommand),
 }
 
 /// What applying a command produced, returned to the proposer.

@@ -11,6 +11,7 @@
 //! | [`consumption`]   | pop-style consumption state: in-flight deliveries, acks, redelivery |
 //! | [`held`]          | timed and half messages held until due or resolved (state only)     |
 //! | [`secret`]        | the group's secret, which keys the MACs of the tokens clients hold  |
+//! | [`acl`]           | users and access policies (ACL 2.0), replicated; the allow/deny decision |
 //! | [`entry`]         | entries as CommitLog records and as wire messages                  |
 //! | [`raft_meta`]     | vote, purged and committed log ids beside the log (CRC-checked, the vote and purged id twice) |
 //! | [`quarantine`]    | a store damaged beyond what recovery cuts is set aside; the node starts empty |
@@ -37,6 +38,7 @@
 //!                                          └► Metadata (topics, groups, offsets, consumption)
 //! ```
 
+pub mod acl;
 pub mod catching_up;
 pub mod command;
 pub mod consumption;

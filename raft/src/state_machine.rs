@@ -75,6 +75,12 @@ pub struct Metadata {
     /// read-only ([`AdminCommand::SetWritable`]).
     #[serde(default)]
     pub writes_wiped: bool,
+    /// Users by access key ([`crate::acl`]).
+    #[serde(default)]
+    pub users: crate::acl::Users,
+    /// Access policies by subject ([`crate::acl`]).
+    #[serde(default)]
+    pub acls: crate::acl::Acls,
 }
 
 /// What a snapshot holds.
@@ -450,6 +456,11 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
             md.secret.get_or_insert(secret);
         }
         AdminCommand::SetWritable { writable } => md.writes_wiped = !writable,
+        AdminCommand::Acl(c) => {
+            if let Err(e) = c.apply(&mut md.users, &mut md.acls) {
+                return Response::Rejected(e);
+            }
+        }
         AdminCommand::Ack { group, topic, receipts } => {
             return Response::Acked(consumption::apply_ack(&mut md.consumption, &group, &topic, &receipts));
         }

@@ -142,6 +142,63 @@ pub struct BrokerConfig {
     /// path are then mutual. None: plaintext.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// Authentication and authorization of clients (`[acl]`).
+    #[serde(default)]
+    pub acl: AclConfig,
+}
+
+/// `[acl]`: RocketMQ 5's ACL 2.0 for the client port (see
+/// [`crate::broker::auth`]). Users and policies are replicated state,
+/// managed with `raftmq user` and `raftmq acl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AclConfig {
+    /// Every client call must be signed by a known, enabled user, and is
+    /// refused unless that user's policy allows it (Super users pass).
+    pub enabled: bool,
+    /// The cluster's first Super user, created when the group has no user
+    /// at all; needed on the node that bootstraps a group with ACL on.
+    /// `RAFTMQ_ACL_INIT_ACCESS_KEY` / `_SECRET_KEY` override these.
+    pub init_access_key: Option<String>,
+    pub init_secret_key: Option<String>,
+    /// A signed date-time further than this from the node's clock is
+    /// refused (0: never). The default, 15 h, covers the clients that
+    /// write local time marked as UTC in every time zone, while a captured
+    /// header stops working within a day.
+    pub max_clock_skew_ms: u64,
+}
+
+impl Default for AclConfig {
+    fn default() -> Self {
+        AclConfig {
+            enabled: false,
+            init_access_key: None,
+            init_secret_key: None,
+            max_clock_skew_ms: 15 * 3_600_000,
+        }
+    }
+}
+
+impl AclConfig {
+    /// The initial Super user, from the environment or the file.
+    pub fn init_user(&self) -> Result<Option<raftmq_raft::acl::User>, String> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let key = env("RAFTMQ_ACL_INIT_ACCESS_KEY").or_else(|| self.init_access_key.clone());
+        let secret = env("RAFTMQ_ACL_INIT_SECRET_KEY").or_else(|| self.init_secret_key.clone());
+        match (key, secret) {
+            (None, None) => Ok(None),
+            (Some(name), Some(password)) => {
+                let u = raftmq_raft::acl::User {
+                    name,
+                    password,
+                    user_type: raftmq_raft::acl::UserType::Super,
+                    status: raftmq_raft::acl::UserStatus::Enable,
+                };
+                u.check().map(|()| Some(u))
+            }
+            _ => Err("[acl] init_access_key and init_secret_key go together".into()),
+        }
+    }
 }
 
 /// Timed and delay messages.
@@ -300,6 +357,9 @@ impl BrokerConfig {
         // service); listen addresses must be this host's IPs.
         if self.group.is_empty() {
             return bad("broker (the broker group's name) must not be empty".into());
+        }
+        if let Err(e) = self.acl.init_user() {
+            return bad(format!("[acl]: {e}"));
         }
         // Certificates name the group in a URI (tls::identity).
         if self.tls.is_some()

@@ -5,6 +5,8 @@
 //!
 //! | module             | what it holds                                                |
 //! |--------------------|--------------------------------------------------------------|
+//! | [`acl_admin`]      | users and access policies changed through Raft, and read     |
+//! | [`auth`]           | who calls, and whether they may (ACL 2.0: users, policies)   |
 //! | [`batcher`]        | group commit: concurrent sends packed into one Raft entry     |
 //! | [`pop`]            | pop consumption at the leader: receive, long polling, ack, DLQ |
 //! | [`receipt`]        | receipt handles                                              |
@@ -27,6 +29,8 @@
 //! | [`runtime_config`] | the settings a node changes while it runs (get/update config) |
 //! | [`write_perm`]     | a group taken out of producers' sends and back (maintenance) |
 
+pub mod acl_admin;
+pub mod auth;
 pub mod batcher;
 pub mod clients;
 pub mod config;

@@ -8,9 +8,8 @@ use anyhow::bail;
 use clap::Subcommand;
 use raftmq_raft::command::TopicMessageType;
 
-use super::connect::{ask, broker_client, channel, group_endpoints};
+use super::connect::{ask, broker_client, group_endpoints};
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
@@ -202,7 +201,7 @@ fn check_message_type(t: &str) -> anyhow::Result<()> {
 /// The topic's config in a group, read from its leader; `None` if it has
 /// no such topic.
 async fn current_topic(addr: &str, topic: &str) -> anyhow::Result<Option<pb::TopicData>> {
-    match BrokerClient::new(channel(addr)?)
+    match crate::cli::connect::broker(addr)?
         .get_topic(pb::GetTopicRequest {
             name: topic.to_string(),
         })
@@ -216,7 +215,7 @@ async fn current_topic(addr: &str, topic: &str) -> anyhow::Result<Option<pb::Top
 
 /// Creates or replaces a topic's config in one broker group.
 async fn put_topic(group: &str, addr: &str, t: &pb::TopicData) -> anyhow::Result<()> {
-    BrokerClient::new(channel(addr)?)
+    crate::cli::connect::broker(addr)?
         .put_topic(pb::PutTopicRequest {
             name: t.name.clone(),
             read_queues: t.read_queues,
@@ -259,7 +258,7 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
             // The call starts the transfer; wait for the node to take over.
-            let mut node = BrokerClient::new(channel(&addr)?);
+            let mut node = crate::cli::connect::broker(&addr)?;
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             loop {
                 if let Ok(s) = node.status(pb::StatusRequest { with_digest: false }).await
@@ -388,7 +387,7 @@ pub async fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Delete { namesrv, topic, broker } => {
             raftmq_store::queue_table::validate_topic(&topic)?;
             for (g, addr) in group_endpoints(&namesrv, broker.as_deref()).await? {
-                BrokerClient::new(channel(&addr)?)
+                crate::cli::connect::broker(&addr)?
                     .delete_topic(pb::DeleteTopicRequest { name: topic.clone() })
                     .await
                     .map_err(|s| anyhow::anyhow!("group {g}: {}", s.message()))?;

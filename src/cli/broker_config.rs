@@ -10,9 +10,8 @@
 use anyhow::bail;
 use serde::Serialize;
 
-use crate::cli::connect::{ask, channel};
+use crate::cli::connect::ask;
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, clap::Args)]
 pub struct GetConfigArgs {
@@ -100,7 +99,7 @@ struct NodeConfig {
 pub async fn get(a: GetConfigArgs) -> anyhow::Result<()> {
     let mut out = Vec::new();
     for (id, addr) in nodes(&a.namesrv, &a.broker, a.node).await? {
-        let r = BrokerClient::new(channel(&addr)?)
+        let r = crate::cli::connect::broker(&addr)?
             .get_broker_config(pb::GetBrokerConfigRequest {})
             .await
             .map_err(|s| anyhow::anyhow!("node {id} ({addr}): {}", s.message()))?
@@ -135,7 +134,7 @@ pub async fn get(a: GetConfigArgs) -> anyhow::Result<()> {
 pub async fn update(a: UpdateConfigArgs) -> anyhow::Result<()> {
     let targets = nodes(&a.namesrv, &a.broker, a.node).await?;
     for (id, addr) in &targets {
-        let r = BrokerClient::new(channel(addr)?)
+        let r = crate::cli::connect::broker(addr)?
             .update_broker_config(pb::UpdateBrokerConfigRequest {
                 key: a.key.clone(),
                 value: a.value.clone(),

@@ -11,11 +11,53 @@ use raftmq_raft::tls::material::Files;
 use raftmq_raft::tls::{Dialer, Material};
 use tonic::transport::Channel;
 
+use crate::client::credentials::Credentials;
 use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
 use crate::proto::pb::name_server_client::NameServerClient;
 
 /// How every command dials: plain unless `--ca-cert` was given.
 static DIALER: OnceLock<Dialer> = OnceLock::new();
+/// What every command signs its calls with (`--access-key`/`--secret-key`).
+static CREDENTIALS: OnceLock<Credentials> = OnceLock::new();
+
+/// Signs every call of this process with `c` (ACL 2.0).
+pub fn use_credentials(c: Credentials) {
+    let _ = CREDENTIALS.set(c);
+}
+
+/// The credentials every command signs with, if any.
+pub fn credentials() -> Option<Credentials> {
+    CREDENTIALS.get().cloned()
+}
+
+/// Signs each call a client makes through it, when credentials were given.
+#[derive(Clone)]
+pub struct Signer(Option<Credentials>);
+
+impl tonic::service::Interceptor for Signer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(c) = &self.0 {
+            c.sign_into(r.metadata_mut());
+        }
+        Ok(r)
+    }
+}
+
+/// A channel whose calls are signed.
+pub type Signed = tonic::service::interceptor::InterceptedService<Channel, Signer>;
+
+/// A `raftmq.v1.Broker` client for the node at `addr`, signing its calls.
+pub fn broker(addr: &str) -> anyhow::Result<BrokerClient<Signed>> {
+    Ok(broker_on(channel(addr)?))
+}
+
+/// A `raftmq.v1.Broker` client over `channel`, signing its calls.
+pub fn broker_on(channel: Channel) -> BrokerClient<Signed> {
+    BrokerClient::with_interceptor(channel, Signer(credentials()))
+        .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
+}
 
 /// Makes every connection of this process TLS, trusting the CA in `ca_cert`.
 pub fn use_tls(ca_cert: &Path) -> anyhow::Result<()> {
@@ -44,7 +86,7 @@ const NODE_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 /// A node's own view of its group (`raftmq.v1.Broker/Status`), or `None`
 /// when it does not answer within [`NODE_STATUS_TIMEOUT`].
 pub async fn node_status(addr: &str) -> Option<pb::StatusResponse> {
-    let mut c = crate::proto::pb::broker_client::BrokerClient::new(channel(addr).ok()?);
+    let mut c = broker(addr).ok()?;
     let call = c.status(pb::StatusRequest { with_digest: false });
     match tokio::time::timeout(NODE_STATUS_TIMEOUT, call).await {
         Ok(Ok(s)) => Some(s.into_inner()),
@@ -101,14 +143,11 @@ pub async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow::Resul
 
 /// A `raftmq.v1.Broker` client for a broker group (any node; followers
 /// forward to the leader).
-pub async fn broker_client(
-    namesrv: &str,
-    broker: &str,
-) -> anyhow::Result<crate::proto::pb::broker_client::BrokerClient<Channel>> {
-    let (_, addr) = group_endpoints(namesrv, Some(broker))
+pub async fn broker_client(namesrv: &str, group: &str) -> anyhow::Result<BrokerClient<Signed>> {
+    let (_, addr) = group_endpoints(namesrv, Some(group))
         .await?
         .into_iter()
         .next()
-        .ok_or_else(|| anyhow::anyhow!("no broker group named {broker}"))?;
-    Ok(crate::proto::pb::broker_client::BrokerClient::new(channel(&addr)?))
+        .ok_or_else(|| anyhow::anyhow!("no broker group named {group}"))?;
+    broker(&addr)
 }

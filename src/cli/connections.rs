@@ -10,9 +10,8 @@
 
 use std::time::Duration;
 
-use super::connect::{ask, channel};
+use super::connect::ask;
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 /// A client as one node sees it.
 #[derive(Debug, serde::Serialize)]
@@ -46,7 +45,7 @@ async fn gather(namesrv: &str, filter: pb::ListClientsRequest) -> anyhow::Result
     .await?;
     let mut out = Vec::new();
     for n in info.nodes {
-        let mut node = BrokerClient::new(channel(&n.client_addr)?);
+        let mut node = crate::cli::connect::broker(&n.client_addr)?;
         match tokio::time::timeout(Duration::from_secs(5), node.list_clients(filter.clone())).await {
             Ok(Ok(r)) => {
                 let r = r.into_inner();

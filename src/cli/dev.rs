@@ -27,7 +27,6 @@ use serde::Serialize;
 use tokio::signal::unix::Signal;
 
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, clap::Args)]
 pub struct DevArgs {
@@ -70,6 +69,11 @@ struct DevInfo {
     /// With `--secure`: the CA's PEM, what clients must trust.
     #[serde(skip_serializing_if = "Option::is_none")]
     ca_cert: Option<PathBuf>,
+    /// With `--secure`: the Super user's credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admin_access_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admin_secret_key: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -193,7 +197,7 @@ fn write_configs(
             n.id == 1,
             l.namesrv,
             n.metrics,
-            tls(&n.name),
+            tls(&n.name) + &certs.map(|c| c.acl_table()).unwrap_or_default(),
         );
         let body = match &overlay {
             None => generated,
@@ -392,7 +396,7 @@ async fn leader_of(l: &Layout, group: &str) -> Option<String> {
             continue;
         };
         let channel = crate::client::channel::lazy(ep, c, &crate::cli::connect::dialer());
-        if let Ok(s) = BrokerClient::new(channel)
+        if let Ok(s) = crate::cli::connect::broker_on(channel)
             .status(pb::StatusRequest { with_digest: false })
             .await
             && s.get_ref().role == "leader"
@@ -442,7 +446,7 @@ async fn wait_for_leader(
 
 /// Creates (or keeps) `TestTopic` in `group`, through its leader.
 async fn create_dev_topic(group: &str, leader: &str) -> anyhow::Result<()> {
-    BrokerClient::new(crate::cli::connect::channel(leader)?)
+    crate::cli::connect::broker(leader)?
         .put_topic(pb::PutTopicRequest {
             name: DEV_TOPIC.into(),
             read_queues: 8,
@@ -463,8 +467,9 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         let mut processes = vec![("namesrv".to_string(), None)];
         processes.extend(l.nodes.iter().map(|n| (n.name.clone(), Some((n.group.clone(), n.id)))));
         let certs = crate::cli::dev_secure::ensure(&dir, &processes)?;
-        // dev's own calls (leaders, the topic) go over TLS too.
+        // dev's own calls (leaders, the topic) go over TLS too, signed.
         crate::cli::connect::use_tls(&certs.ca_cert)?;
+        crate::cli::connect::use_credentials(certs.admin.clone());
         Some(certs)
     } else {
         None
@@ -516,6 +521,8 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             })
             .collect(),
         ca_cert: certs.as_ref().map(|c| c.ca_cert.clone()),
+        admin_access_key: certs.as_ref().map(|c| c.admin.access_key.clone()),
+        admin_secret_key: certs.as_ref().map(|c| c.admin.secret_key.clone()),
     };
     let tmp = dir.join("dev.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
@@ -547,6 +554,10 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     );
     if let Some(ca) = &info.ca_cert {
         println!("  TLS             every port; clients trust {}", ca.display());
+        println!(
+            "  ACL             on; Super user {} (secret in dev.json)",
+            crate::cli::dev_secure::ADMIN
+        );
     }
     println!("  topic           {DEV_TOPIC} (8 queues in each group)");
     println!("  data and logs   {}", dir.display());
@@ -563,8 +574,12 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     }
     println!();
     println!("Try, from another terminal:");
-    if let Some(ca) = &info.ca_cert {
+    if let (Some(ca), Some(c)) = (&info.ca_cert, &certs) {
         println!("  export RAFTMQ_CA_CERT={}", ca.display());
+        println!(
+            "  export RAFTMQ_ACCESS_KEY={} RAFTMQ_SECRET_KEY={}   # the Super user; `raftmq user create` makes others",
+            c.admin.access_key, c.admin.secret_key
+        );
     }
     println!("  raftmq produce --endpoint '{access}' --topic {DEV_TOPIC} --count 10");
     println!("  raftmq consume --endpoint '{access}' --topic {DEV_TOPIC} --group DevGroup --count 10");

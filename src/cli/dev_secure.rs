@@ -6,11 +6,19 @@
 //! and `localhost`, which is where dev's processes are dialled, and a
 //! node's also names its group and node id (see `raftmq_raft::tls::identity`).
 //! The CA's key is written with mode 0600 beside it, for issuing more.
+//!
+//! ACL is on too, with a Super user made once (`admin.secret`, mode 0600)
+//! and handed to every node as its `[acl]` initial user; `dev.json` names
+//! it (`admin_access_key`, `admin_secret_key`), and dev signs its own
+//! calls with it.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use raftmq_raft::tls::issue::{Ca, Pem};
+
+/// The access key of dev's Super user.
+pub const ADMIN: &str = "raftmq-admin";
 
 /// The names every dev certificate is valid for.
 const HOSTS: &[&str] = &["127.0.0.1", "localhost"];
@@ -25,6 +33,8 @@ pub struct Leaf {
 pub struct Certs {
     pub ca_cert: PathBuf,
     dir: PathBuf,
+    /// The Super user's credentials.
+    pub admin: crate::client::credentials::Credentials,
 }
 
 impl Certs {
@@ -46,6 +56,28 @@ impl Certs {
             self.ca_cert.display().to_string()
         )
     }
+
+    /// The `[acl]` table of a node's config.
+    pub fn acl_table(&self) -> String {
+        format!(
+            "\n[acl]\nenabled = true\ninit_access_key = {:?}\ninit_secret_key = {:?}\n",
+            self.admin.access_key, self.admin.secret_key
+        )
+    }
+}
+
+/// The Super user's secret key, made once under `certs_dir`.
+fn admin_secret(certs_dir: &Path) -> anyhow::Result<String> {
+    let path = certs_dir.join("admin.secret");
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        let s = s.trim().to_string();
+        if raftmq_raft::acl::check_password(&s).is_ok() {
+            return Ok(s);
+        }
+    }
+    let secret = format!("{:032x}", rand::random::<u128>());
+    write_private(&path, &secret)?;
+    Ok(secret)
 }
 
 /// Makes (or keeps) the CA in `dir/certs`, and a leaf for each of
@@ -57,6 +89,10 @@ pub fn ensure(dir: &Path, processes: &[(String, Option<(String, u64)>)]) -> anyh
     let certs = Certs {
         ca_cert: certs_dir.join("ca.pem"),
         dir: certs_dir.clone(),
+        admin: crate::client::credentials::Credentials {
+            access_key: ADMIN.into(),
+            secret_key: admin_secret(&certs_dir)?,
+        },
     };
     let complete = certs.ca_cert.exists()
         && processes.iter().all(|(name, _)| {
@@ -91,16 +127,21 @@ pub fn ensure(dir: &Path, processes: &[(String, Option<(String, u64)>)]) -> anyh
 
 /// Writes a certificate (readable) and its key (owner only).
 fn write_pair(leaf: &Leaf, pem: &Pem) -> anyhow::Result<()> {
+    std::fs::write(&leaf.cert, &pem.cert).with_context(|| format!("cannot write {}", leaf.cert.display()))?;
+    write_private(&leaf.key, &pem.key)
+}
+
+/// Writes a file only its owner may read.
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::write(&leaf.cert, &pem.cert).with_context(|| format!("cannot write {}", leaf.cert.display()))?;
-    let _ = std::fs::remove_file(&leaf.key);
+    let _ = std::fs::remove_file(path);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&leaf.key)
-        .with_context(|| format!("cannot write {}", leaf.key.display()))?;
-    f.write_all(pem.key.as_bytes())?;
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    f.write_all(text.as_bytes())?;
     Ok(())
 }

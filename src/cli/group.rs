@@ -5,10 +5,9 @@
 
 use clap::Subcommand;
 
-use crate::cli::connect::{channel, group_endpoints};
+use crate::cli::connect::group_endpoints;
 use crate::cli::produce::parse_duration;
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
@@ -200,7 +199,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
             }
             let mut current = Vec::new();
             for (broker, addr) in group_endpoints(&a.namesrv, a.broker.as_deref()).await? {
-                let old = match BrokerClient::new(channel(&addr)?)
+                let old = match crate::cli::connect::broker(&addr)?
                     .get_consumer_group(pb::GetConsumerGroupRequest { name: a.group.clone() })
                     .await
                 {
@@ -215,7 +214,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
             for (broker, addr, old) in current {
                 let fifo = a.fifo.unwrap_or(old.fifo);
                 let max = a.max_attempts.unwrap_or(old.max_delivery_attempts);
-                BrokerClient::new(channel(&addr)?)
+                crate::cli::connect::broker(&addr)?
                     .put_consumer_group(pb::PutConsumerGroupRequest {
                         name: a.group.clone(),
                         fifo,
@@ -241,7 +240,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
         GroupCommand::Create(a) => {
             crate::broker::pop::validate_group(&a.group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
             for (broker, addr) in group_endpoints(&a.namesrv, a.broker.as_deref()).await? {
-                BrokerClient::new(channel(&addr)?)
+                crate::cli::connect::broker(&addr)?
                     .put_consumer_group(pb::PutConsumerGroupRequest {
                         name: a.group.clone(),
                         fifo: a.fifo,
@@ -267,7 +266,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
                 "broker", "consumer group", "delivery", "max attempts"
             );
             for (broker, addr) in group_endpoints(&namesrv, None).await? {
-                let list = BrokerClient::new(channel(&addr)?)
+                let list = crate::cli::connect::broker(&addr)?
                     .list_consumer_groups(pb::ListConsumerGroupsRequest {})
                     .await
                     .map_err(|s| anyhow::anyhow!("broker group {broker}: {}", s.message()))?
@@ -299,7 +298,7 @@ pub async fn run(cmd: GroupCommand) -> anyhow::Result<()> {
             crate::broker::pop::validate_group(&group).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
             let mut deleted = 0;
             for (b, addr) in group_endpoints(&namesrv, broker.as_deref()).await? {
-                match BrokerClient::new(channel(&addr)?)
+                match crate::cli::connect::broker(&addr)?
                     .delete_consumer_group(pb::GetConsumerGroupRequest { name: group.clone() })
                     .await
                 {

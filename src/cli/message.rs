@@ -6,10 +6,9 @@
 
 use clap::Subcommand;
 
-use crate::cli::connect::{channel, group_endpoints};
+use crate::cli::connect::group_endpoints;
 use crate::cli::display::local_time;
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, Subcommand)]
 pub enum MessageCommand {
@@ -86,7 +85,7 @@ async fn at(namesrv: &str, topic: &str, broker: Option<&str>, queue: u32, offset
     raftmq_store::queue_table::validate_topic(topic).map_err(|e| anyhow::anyhow!("--topic: {e}"))?;
     let mut found = Vec::new();
     for (b, addr) in group_endpoints(namesrv, broker).await? {
-        let r = BrokerClient::new(channel(&addr)?)
+        let r = crate::cli::connect::broker(&addr)?
             .read(pb::ReadRequest {
                 topic: topic.to_string(),
                 queue_id: queue,
@@ -180,7 +179,7 @@ pub async fn run(cmd: MessageCommand) -> anyhow::Result<()> {
     let mut cut = Vec::new();
     let by_range = matches!(by, pb::query_messages_request::By::TimeRange(_));
     for (broker, addr) in group_endpoints(&namesrv, None).await? {
-        let r = BrokerClient::new(channel(&addr)?)
+        let r = crate::cli::connect::broker(&addr)?
             .query_messages(pb::QueryMessagesRequest {
                 topic: topic.clone(),
                 by: Some(by.clone()),

@@ -4,6 +4,7 @@
 //!
 //! | module      | commands                                                        |
 //! |-------------|-----------------------------------------------------------------|
+//! | [`acl`]     | `raftmq user`, `raftmq acl`: ACL 2.0 users and policies         |
 //! | [`dev`]     | `raftmq dev`: a NameServer and three-node groups, one command    |
 //! | [`dev_secure`] | `raftmq dev --secure`: its CA, certificates and `[tls]` tables |
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
@@ -23,6 +24,7 @@
 //! | [`display`] | local date-times and ages as the commands print them             |
 //! | [`logging`] | every process's logging, with repeated openraft warnings limited |
 
+pub mod acl;
 pub mod admin;
 pub mod bench;
 pub mod broker_config;
@@ -60,6 +62,11 @@ pub struct Cli {
     /// `ca_cert` that `raftmq dev --secure` prints).
     #[arg(long, env = "RAFTMQ_CA_CERT", global = true)]
     pub ca_cert: Option<PathBuf>,
+    /// Sign every call as this user (ACL 2.0), with --secret-key.
+    #[arg(long, env = "RAFTMQ_ACCESS_KEY", global = true)]
+    pub access_key: Option<String>,
+    #[arg(long, env = "RAFTMQ_SECRET_KEY", global = true, hide_env_values = true)]
+    pub secret_key: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -100,6 +107,12 @@ pub enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// ACL users: create, update, delete, get, list (mqadmin's *User).
+    #[command(subcommand)]
+    User(crate::cli::acl::UserCommand),
+    /// ACL policies: create, update, delete, get, list (mqadmin's *Acl).
+    #[command(subcommand)]
+    Acl(crate::cli::acl::AclCommandLine),
     /// Cluster administration through the NameServers.
     #[command(subcommand)]
     Cluster(crate::cli::admin::ClusterCommand),
@@ -160,6 +173,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(ca) = &cli.ca_cert {
         crate::cli::connect::use_tls(ca)?;
     }
+    match (cli.access_key, cli.secret_key) {
+        (Some(access_key), Some(secret_key)) => {
+            crate::cli::connect::use_credentials(crate::client::credentials::Credentials { access_key, secret_key })
+        }
+        (None, None) => {}
+        _ => anyhow::bail!("--access-key and --secret-key (RAFTMQ_ACCESS_KEY, RAFTMQ_SECRET_KEY) go together"),
+    }
     match cli.command {
         Command::Dev(a) => runtime()?.block_on(crate::cli::dev::run(a)),
         Command::Produce(a) => runtime()?.block_on(crate::cli::produce::produce(a)),
@@ -183,6 +203,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 .build()?
                 .block_on(crate::namesrv::run(cfg))
         }
+        Command::User(cmd) => runtime()?.block_on(crate::cli::acl::run_user(cmd)),
+        Command::Acl(cmd) => runtime()?.block_on(crate::cli::acl::run_acl(cmd)),
         Command::Cluster(cmd) => runtime()?.block_on(crate::cli::admin::run_cluster(cmd)),
         Command::Topic(cmd) => runtime()?.block_on(crate::cli::admin::run_topic(cmd)),
         Command::Group(cmd) => runtime()?.block_on(crate::cli::group::run(cmd)),

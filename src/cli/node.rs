@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use clap::Subcommand;
-use tonic::transport::Channel;
 
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
@@ -74,20 +73,10 @@ pub enum NodeCommand {
     },
 }
 
-async fn connect(endpoint: &str) -> anyhow::Result<BrokerClient<Channel>> {
-    let channel = crate::client::channel::endpoint(endpoint, Duration::from_secs(3))
-        .map_err(anyhow::Error::msg)?
-        .connect()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot reach a broker at {endpoint} ({}); is it running?",
-                crate::client::channel::root_cause(&e)
-            )
-        })?;
-    Ok(BrokerClient::new(channel)
-        .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(crate::MAX_MESSAGE_SIZE))
+/// A client of the node at `endpoint` (TLS and signed as the command line
+/// says); connection failures surface on the first call.
+async fn connect(endpoint: &str) -> anyhow::Result<BrokerClient<crate::cli::connect::Signed>> {
+    crate::cli::connect::broker(endpoint)
 }
 
 fn status_error(s: tonic::Status) -> anyhow::Error {

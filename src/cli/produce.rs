@@ -57,7 +57,8 @@ pub struct RecallArgs {
 }
 
 pub async fn recall(a: RecallArgs) -> anyhow::Result<()> {
-    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?;
+    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?
+        .with_credentials(crate::cli::connect::credentials());
     let id = client
         .recall(&a.topic, &a.handle)
         .await
@@ -150,7 +151,8 @@ where
 }
 
 pub async fn produce(a: ProduceArgs) -> anyhow::Result<()> {
-    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?;
+    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?
+        .with_credentials(crate::cli::connect::credentials());
     let started = Instant::now();
     let quiet = a.count > 20 && !a.verbose;
     for i in 0..a.count {
@@ -207,7 +209,8 @@ fn show(m: &Received) -> String {
 }
 
 pub async fn consume(a: ConsumeArgs) -> anyhow::Result<()> {
-    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?;
+    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?
+        .with_credentials(crate::cli::connect::credentials());
     let deadline = Instant::now() + a.timeout;
     let mut got = 0u64;
     // Made once: see `raftmq dev` (a `ctrl_c()` per turn can miss a SIGINT).

@@ -8,9 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::cli::connect::{channel, group_endpoints};
+use crate::cli::connect::group_endpoints;
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 /// One queue's progress in one broker group.
 struct Row {
@@ -24,7 +23,7 @@ struct Row {
 async fn sample(brokers: &[(String, String)], group: &str) -> anyhow::Result<Vec<(String, pb::QueueProgress)>> {
     let mut out = Vec::new();
     for (broker, addr) in brokers {
-        let p = BrokerClient::new(channel(addr)?)
+        let p = crate::cli::connect::broker(addr)?
             .group_progress(pb::GroupProgressRequest {
                 group: group.to_string(),
             })
@@ -64,7 +63,7 @@ async fn rows(brokers: &[(String, String)], group: &str, interval: Duration) -> 
 /// an empty table).
 async fn check_known(brokers: &[(String, String)], group: &str) -> anyhow::Result<()> {
     for (broker, addr) in brokers {
-        match BrokerClient::new(channel(addr)?)
+        match crate::cli::connect::broker(addr)?
             .get_consumer_group(pb::GetConsumerGroupRequest {
                 name: group.to_string(),
             })
@@ -175,7 +174,7 @@ pub async fn reset(namesrv: &str, request: pb::ResetOffsetRequest) -> anyhow::Re
     raftmq_store::queue_table::validate_topic(&request.topic).map_err(|e| anyhow::anyhow!("--topic: {e}"))?;
     let mut rows = Vec::new();
     for (broker, addr) in group_endpoints(namesrv, None).await? {
-        match BrokerClient::new(channel(&addr)?).reset_offset(request.clone()).await {
+        match crate::cli::connect::broker(&addr)?.reset_offset(request.clone()).await {
             Ok(p) => rows.extend(
                 p.into_inner()
                     .queues
@@ -218,7 +217,7 @@ pub async fn clone_offsets(namesrv: &str, from: &str, to: &str, topic: &str) -> 
         if offsets.is_empty() {
             continue;
         }
-        let p = BrokerClient::new(channel(addr)?)
+        let p = crate::cli::connect::broker(addr)?
             .reset_offset(pb::ResetOffsetRequest {
                 group: to.to_string(),
                 topic: topic.to_string(),

@@ -20,9 +20,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::connect::{channel, group_endpoints, node_status};
+use super::connect::{group_endpoints, node_status};
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 #[derive(Debug, clap::Args)]
 pub struct RollingArgs {
@@ -171,7 +170,7 @@ async fn hand_over(members: &[Member], old: &Member) -> anyhow::Result<()> {
         }
     }
     let (_, to) = best.ok_or_else(|| anyhow::anyhow!("no follower answers; the leader is not restarted"))?;
-    BrokerClient::new(channel(&old.client_addr)?)
+    crate::cli::connect::broker(&old.client_addr)?
         .transfer_leader(pb::TransferLeaderToRequest { node_id: to.id })
         .await
         .map_err(|s| anyhow::anyhow!("moving leadership to node {}: {}", to.id, s.message()))?;

@@ -3,16 +3,15 @@
 //! offset the next message gets, and when the last message was stored
 //! (mqadmin topicStatus).
 
-use crate::cli::connect::{channel, group_endpoints};
+use crate::cli::connect::group_endpoints;
 use crate::cli::display::local_time;
 use crate::proto::pb;
-use crate::proto::pb::broker_client::BrokerClient;
 
 pub async fn run(namesrv: &str, topic: &str, json: bool) -> anyhow::Result<()> {
     raftmq_store::queue_table::validate_topic(topic).map_err(|e| anyhow::anyhow!("--topic: {e}"))?;
     let mut rows = Vec::new();
     for (broker, addr) in group_endpoints(namesrv, None).await? {
-        match BrokerClient::new(channel(&addr)?)
+        match crate::cli::connect::broker(&addr)?
             .topic_status(pb::GetTopicRequest {
                 name: topic.to_string(),
             })

@@ -1,7 +1,8 @@
 //! A small client of the RocketMQ 5 protocol (`apache.rocketmq.v2`), for
 //! Rust programs and for raftmq's own CLI (`raftmq produce`, `consume`,
-//! `bench`), with how raftmq opens channels ([`channel`]) and caches routes
-//! from the NameServers ([`route_cache`]). It speaks the same protocol the official clients do, so it
+//! `bench`), with how raftmq opens channels ([`channel`]), signs calls
+//! ([`credentials`], ACL 2.0) and caches routes from the NameServers
+//! ([`route_cache`]). It speaks the same protocol the official clients do, so it
 //! works against any raftmq node (followers forward to the leader).
 //!
 //! ```no_run
@@ -21,6 +22,7 @@
 //! caller's to retry (a send whose outcome is unknown may have been stored).
 
 pub mod channel;
+pub mod credentials;
 pub mod route_cache;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -239,6 +241,8 @@ pub struct Client {
     current: std::sync::Arc<AtomicUsize>,
     client_id: String,
     timeout: Duration,
+    /// Signs every call (ACL 2.0) when set.
+    credentials: Option<credentials::Credentials>,
 }
 
 impl Client {
@@ -266,7 +270,14 @@ impl Client {
             nodes: std::sync::Arc::new(nodes),
             client_id: format!("raftmq-client@{}@{:08x}", std::process::id(), rand::random::<u32>()),
             timeout: Duration::from_secs(10),
+            credentials: None,
         })
+    }
+
+    /// Signs every call with `c`, for a cluster with `[acl]` on.
+    pub fn with_credentials(mut self, c: Option<credentials::Credentials>) -> Client {
+        self.credentials = c;
+        self
     }
 
     /// The timeout of unary calls (default 10 s).
@@ -284,6 +295,9 @@ impl Client {
         }
         m.insert("x-mq-language", tonic::metadata::MetadataValue::from_static("RUST"));
         m.insert("x-mq-protocol", tonic::metadata::MetadataValue::from_static("v2"));
+        if let Some(c) = &self.credentials {
+            c.sign_into(m);
+        }
         r
     }
 

@@ -1,10 +1,12 @@
 //! The transports onto the broker core: `apache.rocketmq.v2` for the
 //! official clients ([`rocketmq`]), `raftmq.v1.Broker` for raftmq's own
 //! tools ([`raftmq`]), and the HTTP/2 shim in front of the client port
-//! ([`h2_authority`], with the HPACK reading it needs in [`hpack`]).
+//! ([`h2_authority`], with the HPACK reading it needs in [`hpack`]);
+//! [`admin_access`] checks `raftmq.v1.Broker` calls under ACL.
 //! Both services run what changes state on the leader through the one
 //! forwarding helper here, [`on_leader`].
 
+pub mod admin_access;
 pub mod h2_authority;
 pub mod hpack;
 pub mod raftmq;

@@ -523,6 +523,53 @@ impl broker_server::Broker for BrokerService {
         }))
     }
 
+    async fn change_acl(
+        &self,
+        request: Request<pb::ChangeAclRequest>,
+    ) -> Result<Response<pb::ChangeAclResponse>, Status> {
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    let cmd = crate::broker::acl_admin::parse_command(&req.command_json)?;
+                    self.broker.change_acl_local(cmd).await?;
+                    Ok(pb::ChangeAclResponse {})
+                },
+                |mut c, r| async move { c.change_acl(r).await },
+            )
+            .await?;
+        Ok(Response::new(out))
+    }
+
+    async fn read_acl(&self, _request: Request<pb::ReadAclRequest>) -> Result<Response<pb::ReadAclResponse>, Status> {
+        let (users, acls) = self.broker.read_acl();
+        Ok(Response::new(pb::ReadAclResponse {
+            users: users
+                .into_iter()
+                .map(|u| pb::AclUser {
+                    name: u.name,
+                    user_type: u.user_type.to_string(),
+                    status: u.status.to_string(),
+                })
+                .collect(),
+            policies: acls
+                .into_iter()
+                .map(|(subject, entries)| pb::AclPolicy {
+                    subject,
+                    entries: entries
+                        .into_iter()
+                        .map(|e| pb::AclEntry {
+                            resource: e.resource.to_string(),
+                            actions: e.actions.iter().map(|a| a.to_string()).collect(),
+                            source_ips: e.source_ips,
+                            decision: e.decision.to_string(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }))
+    }
+
     async fn update_broker_config(
         &self,
         request: Request<pb::UpdateBrokerConfigRequest>,

@@ -442,7 +442,8 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         anyhow::bail!("--rate must be at least 1 send per second");
     }
     let duration = a.duration.or(a.count.is_none().then_some(Duration::from_secs(10)));
-    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?;
+    let client = Client::connect_with(&a.endpoint, &crate::cli::connect::dialer())?
+        .with_credentials(crate::cli::connect::credentials());
     // Fail early, and clearly, on a wrong topic or endpoint.
     client
         .route(&a.topic)

@@ -9,14 +9,18 @@
 //! leader. Outcomes travel as v2 statuses inside the responses; the gRPC
 //! status is OK unless the request could not be understood at all.
 //!
-//! Authentication headers (`authorization`, `x-mq-*`) are accepted and not
-//! checked yet.
+//! With `[acl]` on, every call is authenticated (its `authorization`
+//! signature, or a member's certificate) and authorized against what it
+//! needs ([`access`]) before anything else; a refusal is the v2
+//! `UNAUTHORIZED` status. A Telemetry stream is authenticated when it
+//! opens.
 //!
 //! One file per client role; this file binds each RPC to it:
 //! `producer`, `consumer` (pop), `offsets` (pull and offsets),
 //! [`route`], `session` (heartbeat, Telemetry); `service` holds what
 //! they share and [`settings`] what a Telemetry stream answers.
 
+mod access;
 mod consumer;
 mod offsets;
 mod producer;

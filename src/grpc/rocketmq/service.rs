@@ -16,6 +16,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::broker::Broker;
+use crate::broker::auth::CallInfo;
 use crate::broker::pop::{self, MAX_INVISIBLE};
 use crate::broker::receipt;
 use crate::broker::seal::Seal;
@@ -181,6 +182,7 @@ impl MessagingService {
         handler: F,
     ) -> Result<Response<T>, Status>
     where
+        Q: super::access::Guarded,
         T: Answer,
         F: FnOnce(Request<Q>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
@@ -188,7 +190,15 @@ impl MessagingService {
         let started = std::time::Instant::now();
         // A forwarded call was counted at the node the client called.
         let forwarded = crate::grpc::is_forwarded(r.metadata());
-        let out = match self.admit(&r) {
+        let allowed = match self.broker.acl_enabled() {
+            true => self
+                .broker
+                .access(&CallInfo::of(&r), &r.get_ref().checks())
+                .map(drop)
+                .map_err(BrokerError::from),
+            false => Ok(()),
+        };
+        let out = match allowed.and_then(|()| self.admit(&r)) {
             Ok(()) => handler(r).await,
             Err(e) => Ok(Response::new(T::refused(e.v2_status()))),
         };

@@ -52,6 +52,11 @@ pub(super) async fn telemetry(
     let peer = raftmq_raft::tls::PeerInfo::ip(&request);
     // Refused before the stream opens: the client sees why at once.
     crate::broker::clients::validate_id(&id).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    // Who may hold a stream: any authenticated caller. What it publishes
+    // and subscribes to is checked on each send and receive.
+    svc.broker
+        .authenticate(&crate::broker::auth::CallInfo::of(&request))
+        .map_err(Status::from)?;
     let mut inbound = request.into_inner();
     let (tx, rx) = mpsc::channel(16);
     let broker = svc.broker.clone();

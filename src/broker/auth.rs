@@ -1,0 +1,186 @@
+//! Who is calling, and whether they may: RocketMQ 5's ACL 2.0 for the
+//! client port (`[acl]`).
+//!
+//! A call is made by one of:
+//! - a **member**: its TLS certificate, issued by the cluster's CA, names a
+//!   broker node ([`raftmq_raft::tls::identity`]). Nodes forward calls and
+//!   ask each other for status; they pass every check, like RocketMQ's
+//!   inner-client credentials;
+//! - a **user**: the call is signed with a user's secret key
+//!   ([`crate::client::credentials`]); the user must exist, be enabled,
+//!   and the signed date-time be within `max_clock_skew_ms`;
+//! - nobody, refused as unauthenticated while ACL is on.
+//!
+//! A Super user passes every check; anyone else needs, for every [`Check`]
+//! of the call, a policy entry that allows it and none that denies it
+//! ([`raftmq_raft::acl::decide`]). Users and policies are read from the
+//! node's applied state, so a change is in force on a node once it has
+//! applied it.
+
+use std::net::IpAddr;
+
+use raftmq_raft::acl::{self, Check, Decision, UserStatus, UserType};
+use raftmq_raft::tls::{NodeIdentity, PeerInfo};
+use tonic::metadata::MetadataMap;
+
+use crate::broker::Broker;
+use crate::client::credentials::Signed;
+use crate::error::BrokerError;
+use crate::proto::rocketmq::v2::Code;
+
+/// Who a call comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// ACL is off: everyone may do everything.
+    Open,
+    Member(NodeIdentity),
+    User {
+        name: String,
+        super_user: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    #[error("access denied: {0}")]
+    Denied(String),
+}
+
+impl From<AuthError> for BrokerError {
+    /// As RocketMQ answers both: `UNAUTHORIZED` (40100), the message
+    /// telling which it was.
+    fn from(e: AuthError) -> BrokerError {
+        BrokerError::Refused(Code::Unauthorized, e.to_string())
+    }
+}
+
+impl From<AuthError> for tonic::Status {
+    fn from(e: AuthError) -> tonic::Status {
+        match e {
+            AuthError::Unauthenticated(_) => tonic::Status::unauthenticated(e.to_string()),
+            AuthError::Denied(_) => tonic::Status::permission_denied(e.to_string()),
+        }
+    }
+}
+
+/// What [`Broker::authenticate`] reads of a call.
+pub struct CallInfo<'a> {
+    pub metadata: &'a MetadataMap,
+    pub peer: Option<&'a PeerInfo>,
+}
+
+impl CallInfo<'_> {
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.peer.and_then(|p| p.remote_addr).map(|a| a.ip())
+    }
+}
+
+impl<'a> CallInfo<'a> {
+    pub fn of<T>(r: &'a tonic::Request<T>) -> CallInfo<'a> {
+        CallInfo {
+            metadata: r.metadata(),
+            peer: PeerInfo::of(r),
+        }
+    }
+}
+
+impl Broker {
+    /// Whether calls are checked (`[acl] enabled`).
+    pub fn acl_enabled(&self) -> bool {
+        self.cfg.acl.enabled
+    }
+
+    /// Who makes the call.
+    pub fn authenticate(&self, call: &CallInfo<'_>) -> Result<Caller, AuthError> {
+        if !self.acl_enabled() {
+            return Ok(Caller::Open);
+        }
+        if let Some(p) = call.peer
+            && let Ok(Some(member)) = p.node()
+        {
+            return Ok(Caller::Member(member));
+        }
+        let signed = Signed::of(call.metadata)
+            .map_err(AuthError::Unauthenticated)?
+            .ok_or_else(|| {
+                AuthError::Unauthenticated(
+                    "ACL is on: sign calls with an access key and secret key (--access-key/--secret-key)".into(),
+                )
+            })?;
+        let user = self
+            .node
+            .sm
+            .with_metadata(|m| m.users.get(signed.access_key).cloned())
+            .ok_or_else(|| AuthError::Unauthenticated(format!("no user {}", signed.access_key)))?;
+        if user.status == UserStatus::Disable {
+            return Err(AuthError::Unauthenticated(format!("user {} is disabled", user.name)));
+        }
+        if !signed.verify(&user.password) {
+            return Err(AuthError::Unauthenticated(format!(
+                "the signature does not match user {}'s secret key",
+                user.name
+            )));
+        }
+        let window = self.cfg.acl.max_clock_skew_ms;
+        if window > 0 {
+            let now = crate::clock::now_ms() as i64;
+            match signed.skew_ms(now) {
+                Some(skew) if skew <= window => {}
+                Some(skew) => {
+                    return Err(AuthError::Unauthenticated(format!(
+                        "the signed x-mq-date-time is {} s from this node's clock (at most {} s)",
+                        skew / 1000,
+                        window / 1000
+                    )));
+                }
+                None => {
+                    return Err(AuthError::Unauthenticated(
+                        "x-mq-date-time is not yyyyMMddTHHmmssZ".into(),
+                    ));
+                }
+            }
+        }
+        Ok(Caller::User {
+            super_user: user.user_type == UserType::Super,
+            name: user.name,
+        })
+    }
+
+    /// Whether `caller`, at `ip`, may do all of `checks`.
+    pub fn authorize(&self, caller: &Caller, checks: &[Check], ip: Option<IpAddr>) -> Result<(), AuthError> {
+        let name = match caller {
+            Caller::Open | Caller::Member(_) | Caller::User { super_user: true, .. } => return Ok(()),
+            Caller::User { name, .. } => name,
+        };
+        let subject = acl::subject_of(name);
+        self.node.sm.with_metadata(|m| {
+            let policy = m.acls.get(&subject).map_or(&[][..], Vec::as_slice);
+            for c in checks {
+                if acl::decide(policy, c, ip) == Decision::Deny {
+                    return Err(AuthError::Denied(format!("{subject} may not {c}")));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Broker::authenticate`], then [`Broker::authorize`].
+    pub fn access(&self, call: &CallInfo<'_>, checks: &[Check]) -> Result<Caller, AuthError> {
+        let caller = self.authenticate(call)?;
+        self.authorize(&caller, checks, call.ip())?;
+        Ok(caller)
+    }
+
+    /// Refuses a call that is not from a member or a Super user (user and
+    /// policy management).
+    pub fn require_admin(&self, call: &CallInfo<'_>) -> Result<(), AuthError> {
+        match self.authenticate(call)? {
+            Caller::Open | Caller::Member(_) | Caller::User { super_user: true, .. } => Ok(()),
+            Caller::User { name, .. } => Err(AuthError::Denied(format!(
+                "only Super users manage users and policies, and {name} is not one"
+            ))),
+        }
+    }
+}
