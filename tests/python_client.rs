@@ -192,28 +192,84 @@ fn route_groups(json: &str) -> Vec<String> {
     groups
 }
 
-/// `raftmq dev --secure`: the official client with `tls_enable=True`,
-/// trusting the cluster's CA through gRPC's own environment variable, sends
-/// and receives over TLS, through one node's port and then every node's
-/// (the routes name them all).
+/// `raftmq dev --secure` (TLS and ACL on every port): the official client
+/// with `tls_enable=True`, trusting the cluster's CA through gRPC's own
+/// environment variable. The Super user sends and receives; a user granted
+/// `Pub` on the topic sends but may not receive until granted `Sub` on the
+/// group and topic; a wrong secret, an unknown user and no credentials are
+/// refused with the v2 `UNAUTHORIZED` code.
 #[tokio::test(flavor = "multi_thread")]
-async fn over_tls_trusting_the_cluster_ca() {
+async fn over_tls_with_acl_users_and_policies() {
     let dir = tempfile::tempdir().unwrap();
     let (_dev, info) = common::dev::start_dev(dir.path(), common::dev::base_port(), &["--secure"]);
     let ca = info["ca_cert"].as_str().expect("dev.json names ca_cert").to_string();
+    let admin = info["admin_access_key"].as_str().unwrap().to_string();
+    let admin_secret = info["admin_secret_key"].as_str().unwrap().to_string();
+    let namesrv = info["namesrv_addr"].as_str().unwrap().to_string();
     // One access point: over TLS, grpc checks the server's certificate
     // against the channel's authority, and a list of addresses
     // ("a:1,b:2") is no name a certificate can carry. The routes name one
     // node per queue for the same reason (route.rs, `OnePerQueue`).
-    let access = info["nodes"][1]["client_addr"].as_str().unwrap();
-    let out = compat("tls", access, "TestTopic", "TlsGroup")
-        .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &ca)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let access = info["nodes"][1]["client_addr"].as_str().unwrap().to_string();
+    let admin_cli = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend([
+            "--namesrv",
+            &namesrv,
+            "--ca-cert",
+            &ca,
+            "--access-key",
+            &admin,
+            "--secret-key",
+            &admin_secret,
+        ]);
+        let (ok, out, err) = raftmq_cli(&all);
+        assert!(ok, "raftmq {args:?}: {out}{err}");
+    };
+    let run = |scenario: &str, group: &str, ak: &str, sk: &str, expect: &str| {
+        let out = compat(scenario, &access, "TestTopic", group)
+            .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &ca)
+            .env("RAFTMQ_ACCESS_KEY", ak)
+            .env("RAFTMQ_SECRET_KEY", sk)
+            .env("RAFTMQ_ACL_EXPECT", expect)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{scenario} as {ak:?} expecting {expect}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run("tls", "TlsGroup", &admin, &admin_secret, "");
+    admin_cli(&["user", "create", "-u", "alice", "-p", "alice-secret"]);
+    admin_cli(&[
+        "acl",
+        "create",
+        "-s",
+        "User:alice",
+        "-r",
+        "Topic:TestTopic",
+        "-a",
+        "Pub",
+        "-d",
+        "Allow",
+    ]);
+    run("acl", "AliceGroup", "alice", "alice-secret", "pub");
+    admin_cli(&[
+        "acl",
+        "update",
+        "-s",
+        "User:alice",
+        "-r",
+        "Topic:TestTopic,Group:AliceGroup",
+        "-a",
+        "Pub,Sub",
+        "-d",
+        "Allow",
+    ]);
+    run("acl", "AliceGroup", "alice", "alice-secret", "pub-sub");
+    run("acl", "AliceGroup", "alice", "wrong-secret", "refused");
+    run("acl", "AliceGroup", "mallory", "mallory-secret", "refused");
+    run("acl", "AliceGroup", "", "", "refused");
 }

@@ -158,15 +158,31 @@ async fn only_members_reach_the_raft_port_and_the_nameserver() {
     let raft1 = nodes[0]["raft_addr"].as_str().unwrap().to_string();
     let access: Vec<&str> = nodes.iter().map(|n| n["client_addr"].as_str().unwrap()).collect();
     let access = access.join(";");
-    let produce = |with_ca: bool| {
+    let admin = info["admin_access_key"].as_str().unwrap().to_string();
+    let admin_secret = info["admin_secret_key"].as_str().unwrap().to_string();
+    let produce_as = |with_ca: bool, user: Option<(&str, &str)>| {
         let mut args = vec!["produce", "--endpoint", &access, "--topic", "TestTopic", "--count", "3"];
         if with_ca {
             args.extend(["--ca-cert", &ca_arg]);
         }
+        if let Some((ak, sk)) = user {
+            args.extend(["--access-key", ak, "--secret-key", sk]);
+        }
         raftmq_cli(&args)
     };
+    let produce = |with_ca: bool| produce_as(with_ca, Some((&admin, &admin_secret)));
     let (ok, out, err) = produce(true);
     assert!(ok, "produce over TLS: {err}");
+    // ACL is on: no credentials, an unknown user or a wrong secret get
+    // UNAUTHORIZED, and nothing is sent.
+    for (who, user) in [
+        ("no credentials", None),
+        ("an unknown user", Some(("mallory", "mallory-secret"))),
+        ("a wrong secret", Some((admin.as_str(), "wrong-secret"))),
+    ] {
+        let (ok, _, err) = produce_as(true, user);
+        assert!(!ok && err.contains("Unauthorized (40100)"), "{who}: {err}");
+    }
     assert_eq!(out.lines().filter(|l| l.starts_with("sent ")).count(), 3, "{out}");
     // Plaintext to a TLS port fails, and says what to do.
     let (ok, _, err) = produce(false);
@@ -241,10 +257,114 @@ async fn only_members_reach_the_raft_port_and_the_nameserver() {
     // The cluster went on meanwhile, with no stray member or registration.
     let (ok, _, err) = produce(true);
     assert!(ok, "produce after the outsiders: {err}");
-    let (ok, out, err) = raftmq_cli(&["cluster", "status", "--namesrv", &namesrv, "--ca-cert", &ca_arg]);
+    let admin_cli = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend([
+            "--ca-cert",
+            &ca_arg,
+            "--access-key",
+            &admin,
+            "--secret-key",
+            &admin_secret,
+        ]);
+        raftmq_cli(&all)
+    };
+    let (ok, out, err) = admin_cli(&["cluster", "status", "--namesrv", &namesrv]);
     assert!(ok, "{err}");
     assert!(!out.contains("127.0.0.1:1 ") && !out.contains("group other"), "{out}");
     assert!(out.contains("leader"), "{out}");
+
+    // Users and policies are the group's replicated state: they outlive
+    // the node that took the change.
+    let ok_cli = |args: &[&str]| {
+        let (ok, out, err) = admin_cli(args);
+        assert!(ok, "raftmq {args:?}: {out}{err}");
+        out
+    };
+    ok_cli(&[
+        "user",
+        "create",
+        "--namesrv",
+        &namesrv,
+        "-u",
+        "alice",
+        "-p",
+        "alice-secret",
+    ]);
+    ok_cli(&[
+        "acl",
+        "create",
+        "--namesrv",
+        &namesrv,
+        "-s",
+        "User:alice",
+        "-r",
+        "Topic:Test*",
+        "-a",
+        "Pub",
+        "-d",
+        "Allow",
+    ]);
+    let leader = (0..3)
+        .find(|&i| {
+            let addr = nodes[i]["client_addr"].as_str().unwrap();
+            ok_cli(&["node", "status", "--endpoint", addr]).contains("leader")
+        })
+        .expect("a node leads");
+    // SAFETY: a broker process dev started for this test.
+    unsafe { libc::kill(nodes[leader]["pid"].as_i64().unwrap() as i32, libc::SIGKILL) };
+    let others: Vec<&str> = (0..3)
+        .filter(|&i| i != leader)
+        .map(|i| nodes[i]["client_addr"].as_str().unwrap())
+        .collect();
+    let others = others.join(";");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out, err) = raftmq_cli(&[
+            "produce",
+            "--endpoint",
+            &others,
+            "--topic",
+            "TestTopic",
+            "--count",
+            "1",
+            "--ca-cert",
+            &ca_arg,
+            "--access-key",
+            "alice",
+            "--secret-key",
+            "alice-secret",
+        ]);
+        if ok {
+            assert!(out.contains("sent "), "{out}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "alice cannot send after the failover: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let policy = ok_cli(&["acl", "get", "--namesrv", &namesrv, "-s", "User:alice"]);
+    assert!(policy.contains("Topic:Test*") && policy.contains("Allow"), "{policy}");
+    // Alice may not manage users.
+    let (ok, _, err) = raftmq_cli(&[
+        "user",
+        "create",
+        "--namesrv",
+        &namesrv,
+        "-u",
+        "bob",
+        "-p",
+        "bob-secret",
+        "--ca-cert",
+        &ca_arg,
+        "--access-key",
+        "alice",
+        "--secret-key",
+        "alice-secret",
+    ]);
+    assert!(!ok && err.contains("refused"), "{err}");
 
     // SIGINT, as a person stops dev.
     // SAFETY: signalling our own child.

@@ -104,22 +104,30 @@ pub fn explain(addr: &str, s: &Status, expected: &str) -> String {
             } else {
                 s.message()
             };
-            // HTTP/2 spoken to a port that expects a TLS handshake first:
-            // the server answers garbage or hangs up.
-            if ["h2 protocol error", "operation was canceled", "connection closed"]
-                .iter()
-                .any(|m| message.contains(m))
-            {
-                return format!(
-                    "{addr}: {message}; if it serves TLS, pass --ca-cert <the cluster's CA> (or set RAFTMQ_CA_CERT)"
-                );
-            }
             // tonic says only "transport error"; the cause is what a person
             // can act on (a reset connection, a refused certificate).
-            match std::error::Error::source(s).map(root_cause) {
-                Some(cause) if !message.contains(&cause) => format!("{addr}: {message} ({cause})"),
-                _ => format!("{addr}: {message}"),
+            let said = match std::error::Error::source(s).map(root_cause) {
+                Some(cause) if !message.contains(&cause) => format!("{message} ({cause})"),
+                _ => message.to_string(),
+            };
+            // HTTP/2 spoken to a port that expects a TLS handshake first:
+            // the server answers garbage or hangs up, which h2 reports in
+            // several ways.
+            if [
+                "h2 protocol error",
+                "operation was canceled",
+                "connection closed",
+                "broken pipe",
+                "connection reset",
+            ]
+            .iter()
+            .any(|m| said.contains(m))
+            {
+                return format!(
+                    "{addr}: {said}; if it serves TLS, pass --ca-cert <the cluster's CA> (or set RAFTMQ_CA_CERT)"
+                );
             }
+            format!("{addr}: {said}")
         }
     }
 }

@@ -13,6 +13,7 @@ Usage: compat.py SCENARIO --endpoints HOST:PORT[;HOST:PORT...] [options]
 import argparse
 import contextlib
 import json
+import os
 import re
 import sys
 import threading
@@ -46,7 +47,10 @@ def ask_driver(action):
 
 
 def config(args):
-    return ClientConfiguration(args.endpoints, Credentials("ak", "sk"), request_timeout=3)
+    # A cluster with ACL on takes the user from the environment.
+    ak = os.environ.get("RAFTMQ_ACCESS_KEY", "ak")
+    sk = os.environ.get("RAFTMQ_SECRET_KEY", "sk")
+    return ClientConfiguration(args.endpoints, Credentials(ak, sk), request_timeout=3)
 
 
 def message(topic, body, tag=None, keys=None, group=None, props=None):
@@ -675,11 +679,53 @@ def tls(args):
         consumer.shutdown()
 
 
+def acl(args):
+    """Under ACL, as RAFTMQ_ACL_EXPECT says the user may: `refused` (no
+    send succeeds), `pub` (sends succeed, receiving is refused) or
+    `pub-sub` (both)."""
+    expect = os.environ["RAFTMQ_ACL_EXPECT"]
+    cfg = config(args)
+    sent = set()
+    try:
+        producer = Producer(cfg, (args.topic,), tls_enable=True)
+        producer.startup()
+        try:
+            for i in range(3):
+                body = "acl-%d-%f" % (i, time.time())
+                producer.send(message(args.topic, body))
+                sent.add(body)
+        finally:
+            producer.shutdown()
+    except Exception as e:
+        # The client says only that the route query failed (the broker
+        # answered it with 40100); tests/secure.rs checks the code itself.
+        check(expect == "refused", "send refused: %s" % e)
+        return
+    check(expect != "refused", "sends were refused")
+    got, error = [], None
+    try:
+        consumer = SimpleConsumer(cfg, args.group, {args.topic: FilterExpression("*")}, tls_enable=True)
+        consumer.startup()
+        try:
+            got = drain(consumer, sent, 30)
+        finally:
+            consumer.shutdown()
+    except Exception as e:
+        error = e
+    if expect == "pub":
+        check(error is not None, "receiving without Sub on the group is refused")
+        check("40100" in str(error) or "UNAUTHORIZED" in str(error).upper(), "refused as UNAUTHORIZED: %s" % error)
+    else:
+        check(error is None, "receiving with Sub works: %s" % error)
+        bodies = {m.body.decode() for m in got}
+        check(sent <= bodies, "every message sent is received (%d missing)" % len(sent - bodies))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument(
         "scenario", choices=["simple", "fifo", "push", "failover", "sql92", "timed", "timed-failover", "transactions",
-                     "two-groups", "rolling", "tls"]
+                     "two-groups", "rolling", "tls", "acl"]
     )
     ap.add_argument("--endpoints", required=True)
     ap.add_argument("--topic", required=True)
@@ -697,6 +743,7 @@ def main():
         "two-groups": two_groups,
         "rolling": rolling,
         "tls": tls,
+        "acl": acl,
     }[args.scenario](args)
     log("scenario %s passed" % args.scenario)
 
