@@ -79,12 +79,15 @@ async fn connect(endpoint: &str) -> anyhow::Result<BrokerClient<crate::cli::conn
     crate::cli::connect::broker(endpoint)
 }
 
-fn status_error(s: tonic::Status) -> anyhow::Error {
+fn status_error(endpoint: &str, s: tonic::Status) -> anyhow::Error {
     match s.code() {
         tonic::Code::Unimplemented => {
             anyhow::anyhow!("the endpoint answers, but not as a raftmq broker's client port (is it a NameServer?)")
         }
-        _ => anyhow::anyhow!("{}", s.message()),
+        _ => anyhow::anyhow!(
+            "{}",
+            crate::client::channel::explain(endpoint, &s, "a raftmq broker's client port")
+        ),
     }
 }
 
@@ -95,7 +98,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                 .await?
                 .status(pb::StatusRequest { with_digest: false })
                 .await
-                .map_err(status_error)?
+                .map_err(|s| status_error(&endpoint, s))?
                 .into_inner();
             println!(
                 "group {}  node {}  role {}  term {}",
@@ -134,7 +137,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                     message_type: String::new(),
                 })
                 .await
-                .map_err(status_error)?;
+                .map_err(|s| status_error(&endpoint, s))?;
             println!("topic {topic}: {queues} queues, perm {perm}");
         }
         NodeCommand::Send {
@@ -176,7 +179,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                         {
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
-                        Err(s) => return Err(status_error(s)),
+                        Err(s) => return Err(status_error(&endpoint, s)),
                     }
                 };
                 if count <= 20 {
@@ -205,7 +208,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                     max_count: count,
                 })
                 .await
-                .map_err(status_error)?
+                .map_err(|s| status_error(&endpoint, s))?
                 .into_inner();
             for m in &r.messages {
                 let body = String::from_utf8_lossy(&m.body);
