@@ -52,9 +52,7 @@ impl RunningBroker {
                 .map(|p| p.client_addr.clone())
                 .filter(|a| *a != me)
                 .collect();
-            let dialer = tls
-                .clone()
-                .map_or_else(raftmq_raft::tls::Dialer::plain, raftmq_raft::tls::Dialer::tls);
+            let dialer = raftmq_raft::tls::Dialer::new(tls.clone());
             if crate::broker::identity::group_exists(&others, &dialer).await {
                 cfg.bootstrap = false;
             }

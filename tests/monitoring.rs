@@ -51,16 +51,7 @@ struct Stop(Vec<Child>);
 impl Drop for Stop {
     fn drop(&mut self) {
         for c in &mut self.0 {
-            // SAFETY: SIGINT to a child we started (Prometheus).
-            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        }
-        for c in &mut self.0 {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            common::interrupt(c, Duration::from_secs(30));
         }
     }
 }

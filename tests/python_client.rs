@@ -212,18 +212,9 @@ async fn over_tls_with_acl_users_and_policies() {
     // node per queue for the same reason (route.rs, `OnePerQueue`).
     let access = info["nodes"][1]["client_addr"].as_str().unwrap().to_string();
     let admin_cli = |args: &[&str]| {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend([
-            "--namesrv",
-            &namesrv,
-            "--ca-cert",
-            &ca,
-            "--access-key",
-            &admin,
-            "--secret-key",
-            &admin_secret,
-        ]);
-        let (ok, out, err) = raftmq_cli(&all);
+        let mut all = args.to_vec();
+        all.extend(["--namesrv", &namesrv]);
+        let (ok, out, err) = common::dev::admin_cli(&info, &all);
         assert!(ok, "raftmq {args:?}: {out}{err}");
     };
     let run = |scenario: &str, group: &str, ak: &str, sk: &str, expect: &str| {

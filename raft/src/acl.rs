@@ -454,8 +454,8 @@ impl AclCommand {
                 if !users.contains_key(user) {
                     return Err(format!("user {user} does not exist"));
                 }
-                let policy = acls.entry(subject_of(user)).or_default();
-                let mut merged = policy.clone();
+                let key = subject_of(user);
+                let mut merged = acls.get(&key).cloned().unwrap_or_default();
                 for e in entries {
                     match merged.iter_mut().find(|m| m.resource == e.resource) {
                         Some(m) => *m = e,
@@ -465,7 +465,7 @@ impl AclCommand {
                 if merged.len() > MAX_ENTRIES {
                     return Err(format!("a policy holds at most {MAX_ENTRIES} entries"));
                 }
-                *policy = merged;
+                acls.insert(key, merged);
             }
             AclCommand::DeleteAcl { subject, resource } => {
                 let key = subject_of(user_of(&subject)?);

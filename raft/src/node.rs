@@ -135,13 +135,6 @@ pub struct RaftNode {
     raft_addr: std::net::SocketAddr,
 }
 
-/// How this node dials its peers: with its own certificate when TLS is on.
-fn dialer(cfg: &NodeConfig) -> crate::tls::Dialer {
-    cfg.tls
-        .clone()
-        .map_or_else(crate::tls::Dialer::plain, crate::tls::Dialer::tls)
-}
-
 /// Opens the store (recovering it after a crash), the Raft log over it
 /// and the state machine.
 async fn open_storage(cfg: &NodeConfig) -> Result<(Store, LogStore, StateMachine), RaftError> {
@@ -188,7 +181,11 @@ impl RaftNode {
         let raft = Raft::new(
             cfg.node_id,
             config,
-            NetworkFactory::new(&cfg.group, cfg.dial_overrides.clone(), dialer(&cfg)),
+            NetworkFactory::new(
+                &cfg.group,
+                cfg.dial_overrides.clone(),
+                crate::tls::Dialer::new(cfg.tls.clone()),
+            ),
             log.clone(),
             sm.clone(),
         )

@@ -109,20 +109,23 @@ impl Broker {
                     "ACL is on: sign calls with an access key and secret key (--access-key/--secret-key)".into(),
                 )
             })?;
-        let user = self
-            .node
-            .sm
-            .with_metadata(|m| m.users.get(signed.access_key).cloned())
-            .ok_or_else(|| AuthError::Unauthenticated(format!("no user {}", signed.access_key)))?;
-        if user.status == UserStatus::Disable {
-            return Err(AuthError::Unauthenticated(format!("user {} is disabled", user.name)));
-        }
-        if !signed.verify(&user.password) {
-            return Err(AuthError::Unauthenticated(format!(
-                "the signature does not match user {}'s secret key",
-                user.name
-            )));
-        }
+        // Checked under the metadata's read lock: no copy of the secret.
+        let (name, super_user) = self.node.sm.with_metadata(|m| {
+            let user = m
+                .users
+                .get(signed.access_key)
+                .ok_or_else(|| AuthError::Unauthenticated(format!("no user {}", signed.access_key)))?;
+            if user.status == UserStatus::Disable {
+                return Err(AuthError::Unauthenticated(format!("user {} is disabled", user.name)));
+            }
+            if !signed.verify(&user.password) {
+                return Err(AuthError::Unauthenticated(format!(
+                    "the signature does not match user {}'s secret key",
+                    user.name
+                )));
+            }
+            Ok((user.name.clone(), user.user_type == UserType::Super))
+        })?;
         let window = self.cfg.acl.max_clock_skew_ms;
         if window > 0 {
             let now = crate::clock::now_ms() as i64;
@@ -142,10 +145,7 @@ impl Broker {
                 }
             }
         }
-        Ok(Caller::User {
-            super_user: user.user_type == UserType::Super,
-            name: user.name,
-        })
+        Ok(Caller::User { name, super_user })
     }
 
     /// Whether `caller`, at `ip`, may do all of `checks`.

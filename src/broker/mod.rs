@@ -143,7 +143,7 @@ impl Broker {
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
             digests: Arc::new(tokio::sync::Semaphore::new(1)),
             live: runtime_config::LiveConfig::new(cfg.clone()),
-            dialer: tls.map_or_else(Dialer::plain, Dialer::tls),
+            dialer: Dialer::new(tls),
             cfg,
         }
     }

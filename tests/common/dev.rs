@@ -29,24 +29,28 @@ impl std::ops::DerefMut for Dev {
 }
 
 impl Drop for Dev {
-    /// SIGINT, as a person stops it (it stops its nodes), and SIGKILL if it
-    /// is still there after 30 s.
     fn drop(&mut self) {
-        if !matches!(self.0.try_wait(), Ok(None)) {
-            return;
-        }
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while matches!(self.0.try_wait(), Ok(None)) {
-            if Instant::now() > deadline {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::interrupt(&mut self.0, Duration::from_secs(30));
     }
+}
+
+/// The flags that make a CLI command trust a `raftmq dev --secure`
+/// cluster's CA and sign as its Super user, from its `dev.json`.
+pub fn admin_flags(info: &serde_json::Value) -> Vec<String> {
+    let field = |k: &str| {
+        info[k]
+            .as_str()
+            .unwrap_or_else(|| panic!("dev.json names no {k}"))
+            .to_string()
+    };
+    vec![
+        "--ca-cert".into(),
+        field("ca_cert"),
+        "--access-key".into(),
+        field("admin_access_key"),
+        "--secret-key".into(),
+        field("admin_secret_key"),
+    ]
 }
 
 /// Starts `raftmq dev` on `dir` (its stderr in `dir/dev.stderr`) and waits
@@ -90,4 +94,13 @@ pub fn start_dev(dir: &std::path::Path, base: u16, extra: &[&str]) -> (Dev, serd
     }
     let info = serde_json::from_slice(&std::fs::read(&info_path).unwrap()).unwrap();
     (dev, info)
+}
+
+/// A CLI command against a `raftmq dev --secure` cluster as its Super
+/// user ([`admin_flags`]); returns (success, stdout, stderr).
+pub fn admin_cli(info: &serde_json::Value, args: &[&str]) -> (bool, String, String) {
+    let flags = admin_flags(info);
+    let mut all = args.to_vec();
+    all.extend(flags.iter().map(String::as_str));
+    super::raftmq_cli(&all)
 }

@@ -341,6 +341,22 @@ impl Drop for Namesrv {
     }
 }
 
+/// SIGINT, as a person stops a program, then SIGKILL if it is still
+/// there after `patience`; returns once it has exited.
+pub fn interrupt(child: &mut std::process::Child, patience: Duration) {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return;
+    }
+    // SAFETY: signalling a child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + patience;
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Runs the `raftmq` binary; returns (success, stdout, stderr).
 pub fn raftmq_cli(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_raftmq")).args(args).output().unwrap();

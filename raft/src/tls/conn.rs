@@ -6,7 +6,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::server::Connected;
@@ -19,13 +18,25 @@ use super::material::{ClientAuth, Material};
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What tonic puts in every request's extensions for a connection served
-/// by [`crate::serve`] (in place of tonic's own `TcpConnectInfo`).
-#[derive(Debug, Clone, Default)]
+/// by [`crate::serve`] (in place of tonic's own `TcpConnectInfo`): made
+/// once per connection, so the peer's certificate is read once, not on
+/// every call.
+#[derive(Debug, Clone)]
 pub struct PeerInfo {
     pub remote_addr: Option<SocketAddr>,
-    /// The peer's verified chain, leaf first; none on a plain connection
-    /// or when the peer showed no certificate.
-    pub certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+    /// The member the peer's verified certificate names: `Ok(None)` on a
+    /// plain connection, without a certificate, or with one naming no
+    /// member; an error for a certificate that cannot be read as one.
+    node: Arc<Result<Option<NodeIdentity>, String>>,
+}
+
+impl Default for PeerInfo {
+    fn default() -> PeerInfo {
+        PeerInfo {
+            remote_addr: None,
+            node: Arc::new(Ok(None)),
+        }
+    }
 }
 
 impl PeerInfo {
@@ -41,10 +52,7 @@ impl PeerInfo {
     /// The member the caller's certificate names: `Ok(None)` when it
     /// showed none (or the connection is plain).
     pub fn node(&self) -> Result<Option<NodeIdentity>, String> {
-        match self.certs.as_ref().and_then(|c| c.first()) {
-            Some(leaf) => identity::of_cert(leaf),
-            None => Ok(None),
-        }
+        (*self.node).clone()
     }
 
     /// [`PeerInfo::node`] of a request's connection.
@@ -91,14 +99,15 @@ impl Conn {
 impl Connected for Conn {
     type ConnectInfo = PeerInfo;
 
+    /// Called once per connection; every call on it gets a copy.
     fn connect_info(&self) -> PeerInfo {
-        let certs = match self {
+        let leaf = match self {
             Conn::Plain(_) => None,
-            Conn::Tls(s) => s.get_ref().1.peer_certificates().map(|c| Arc::new(c.to_vec())),
+            Conn::Tls(s) => s.get_ref().1.peer_certificates().and_then(|c| c.first()),
         };
         PeerInfo {
             remote_addr: self.tcp().peer_addr().ok(),
-            certs,
+            node: Arc::new(leaf.map_or(Ok(None), identity::of_cert)),
         }
     }
 }

@@ -29,6 +29,11 @@ impl Dialer {
         Dialer { tls: Some(material) }
     }
 
+    /// TLS with `material` when there is some, plain otherwise.
+    pub fn new(material: Option<Arc<Material>>) -> Dialer {
+        Dialer { tls: material }
+    }
+
     pub fn is_tls(&self) -> bool {
         self.tls.is_some()
     }
