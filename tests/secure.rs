@@ -257,18 +257,7 @@ async fn only_members_reach_the_raft_port_and_the_nameserver() {
     // The cluster went on meanwhile, with no stray member or registration.
     let (ok, _, err) = produce(true);
     assert!(ok, "produce after the outsiders: {err}");
-    let admin_cli = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend([
-            "--ca-cert",
-            &ca_arg,
-            "--access-key",
-            &admin,
-            "--secret-key",
-            &admin_secret,
-        ]);
-        raftmq_cli(&all)
-    };
+    let admin_cli = |args: &[&str]| common::dev::admin_cli(&info, args);
     let (ok, out, err) = admin_cli(&["cluster", "status", "--namesrv", &namesrv]);
     assert!(ok, "{err}");
     assert!(!out.contains("127.0.0.1:1 ") && !out.contains("group other"), "{out}");
@@ -345,7 +334,20 @@ async fn only_members_reach_the_raft_port_and_the_nameserver() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let policy = ok_cli(&["acl", "get", "--namesrv", &namesrv, "-s", "User:alice"]);
+    // The CLI reaches a group at the leader the NameServer names, which is
+    // the dead node until the new leader's heartbeat lands.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let policy = loop {
+        let (ok, out, err) = admin_cli(&["acl", "get", "--namesrv", &namesrv, "-s", "User:alice"]);
+        if ok {
+            break out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "acl get after the failover: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(policy.contains("Topic:Test*") && policy.contains("Allow"), "{policy}");
     // Alice may not manage users.
     let (ok, _, err) = raftmq_cli(&[

@@ -13,6 +13,7 @@ use crate::proto::pb;
 
 #[derive(Debug, clap::Args)]
 pub struct Target {
+    /// NameServers (host:port, separated by `,` or `;`) that know the groups.
     #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
     namesrv: String,
     /// Only this broker group (default: every group the NameServer knows).
@@ -40,10 +41,13 @@ pub enum UserCommand {
     Update {
         #[command(flatten)]
         target: Target,
+        /// The user to change.
         #[arg(long, short = 'u')]
         username: String,
+        /// A new secret key.
         #[arg(long, short = 'p')]
         password: Option<String>,
+        /// Super or Normal.
         #[arg(long, short = 't')]
         user_type: Option<String>,
         /// enable or disable.
@@ -54,6 +58,7 @@ pub enum UserCommand {
     Delete {
         #[command(flatten)]
         target: Target,
+        /// The user name.
         #[arg(long, short = 'u')]
         username: String,
     },
@@ -61,6 +66,7 @@ pub enum UserCommand {
     Get {
         #[command(flatten)]
         target: Target,
+        /// The user name.
         #[arg(long, short = 'u')]
         username: String,
     },
@@ -68,6 +74,7 @@ pub enum UserCommand {
     List {
         #[command(flatten)]
         target: Target,
+        /// Only names containing this.
         #[arg(long, short = 'f')]
         filter: Option<String>,
     },
@@ -106,8 +113,10 @@ pub enum AclCommandLine {
     Delete {
         #[command(flatten)]
         target: Target,
+        /// User:<name>
         #[arg(long, short = 's')]
         subject: String,
+        /// The one resource whose entry goes (default: the whole policy).
         #[arg(long, short = 'r')]
         resource: Option<String>,
     },
@@ -115,6 +124,7 @@ pub enum AclCommandLine {
     Get {
         #[command(flatten)]
         target: Target,
+        /// User:<name>
         #[arg(long, short = 's')]
         subject: String,
     },
@@ -123,8 +133,10 @@ pub enum AclCommandLine {
     List {
         #[command(flatten)]
         target: Target,
+        /// Only subjects containing this.
         #[arg(long, short = 's')]
         subject: Option<String>,
+        /// Only entries whose resource contains this.
         #[arg(long, short = 'r')]
         resource: Option<String>,
     },

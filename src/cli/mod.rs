@@ -65,6 +65,7 @@ pub struct Cli {
     /// Sign every call as this user (ACL 2.0), with --secret-key.
     #[arg(long, env = "RAFTMQ_ACCESS_KEY", global = true)]
     pub access_key: Option<String>,
+    /// The secret key that signs with --access-key.
     #[arg(long, env = "RAFTMQ_SECRET_KEY", global = true, hide_env_values = true)]
     pub secret_key: Option<String>,
     #[command(subcommand)]
