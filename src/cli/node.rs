@@ -73,21 +73,25 @@ pub enum NodeCommand {
     },
 }
 
-/// A client of the node at `endpoint` (TLS and signed as the command line
-/// says); connection failures surface on the first call.
 async fn connect(endpoint: &str) -> anyhow::Result<BrokerClient<crate::cli::connect::Signed>> {
-    crate::cli::connect::broker(endpoint)
+    let ep = crate::client::channel::endpoint(endpoint, Duration::from_secs(3)).map_err(anyhow::Error::msg)?;
+    let channel = crate::client::channel::connect(ep, endpoint, &crate::cli::connect::dialer())
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach a broker at {endpoint} ({}); is it running?",
+                crate::client::channel::root_cause(&e)
+            )
+        })?;
+    Ok(crate::cli::connect::broker_on(channel))
 }
 
-fn status_error(endpoint: &str, s: tonic::Status) -> anyhow::Error {
+fn status_error(s: tonic::Status) -> anyhow::Error {
     match s.code() {
         tonic::Code::Unimplemented => {
             anyhow::anyhow!("the endpoint answers, but not as a raftmq broker's client port (is it a NameServer?)")
         }
-        _ => anyhow::anyhow!(
-            "{}",
-            crate::client::channel::explain(endpoint, &s, "a raftmq broker's client port")
-        ),
+        _ => anyhow::anyhow!("{}", s.message()),
     }
 }
 
@@ -98,7 +102,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                 .await?
                 .status(pb::StatusRequest { with_digest: false })
                 .await
-                .map_err(|s| status_error(&endpoint, s))?
+                .map_err(status_error)?
                 .into_inner();
             println!(
                 "group {}  node {}  role {}  term {}",
@@ -137,7 +141,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                     message_type: String::new(),
                 })
                 .await
-                .map_err(|s| status_error(&endpoint, s))?;
+                .map_err(status_error)?;
             println!("topic {topic}: {queues} queues, perm {perm}");
         }
         NodeCommand::Send {
@@ -179,7 +183,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                         {
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
-                        Err(s) => return Err(status_error(&endpoint, s)),
+                        Err(s) => return Err(status_error(s)),
                     }
                 };
                 if count <= 20 {
@@ -208,7 +212,7 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                     max_count: count,
                 })
                 .await
-                .map_err(|s| status_error(&endpoint, s))?
+                .map_err(status_error)?
                 .into_inner();
             for m in &r.messages {
                 let body = String::from_utf8_lossy(&m.body);

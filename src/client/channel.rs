@@ -25,12 +25,23 @@ pub fn endpoint(addr: &str, connect_timeout: Duration) -> Result<Endpoint, Strin
 /// [`endpoint`]: a TLS server must show a certificate for `addr`'s host as
 /// written (not the address `RAFTMQ_HOSTS` rewrites it to).
 pub fn lazy(endpoint: Endpoint, addr: &str, dialer: &Dialer) -> Channel {
-    let host = if addr.contains("://") {
+    let host = tls_host(&endpoint, addr);
+    dialer.channel(endpoint, &host)
+}
+
+/// As [`lazy`], connected now.
+pub async fn connect(endpoint: Endpoint, addr: &str, dialer: &Dialer) -> Result<Channel, tonic::transport::Error> {
+    let host = tls_host(&endpoint, addr);
+    dialer.connect(endpoint, &host).await
+}
+
+/// The name a TLS server at `addr` must show a certificate for.
+fn tls_host(endpoint: &Endpoint, addr: &str) -> String {
+    if addr.contains("://") {
         endpoint.uri().host().unwrap_or("").to_string()
     } else {
         raftmq_raft::tls::dial::host_of(addr).to_string()
-    };
-    dialer.channel(endpoint, &host)
+    }
 }
 
 /// `host:port` with a port number and a host name or IP (`[v6]:port`), at

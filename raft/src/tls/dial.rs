@@ -44,10 +44,16 @@ impl Dialer {
     pub fn channel(&self, endpoint: Endpoint, host: &str) -> Channel {
         match &self.tls {
             None => endpoint.connect_lazy(),
-            Some(material) => endpoint.connect_with_connector_lazy(Connector {
-                material: material.clone(),
-                host: Arc::from(host.trim_start_matches('[').trim_end_matches(']')),
-            }),
+            Some(material) => endpoint.connect_with_connector_lazy(Connector::new(material, host)),
+        }
+    }
+
+    /// As [`Dialer::channel`], connected now: a failure is the caller's to
+    /// report at once.
+    pub async fn connect(&self, endpoint: Endpoint, host: &str) -> Result<Channel, tonic::transport::Error> {
+        match &self.tls {
+            None => endpoint.connect().await,
+            Some(material) => endpoint.connect_with_connector(Connector::new(material, host)).await,
         }
     }
 }
@@ -63,6 +69,15 @@ pub fn host_of(addr: &str) -> &str {
 struct Connector {
     material: Arc<Material>,
     host: Arc<str>,
+}
+
+impl Connector {
+    fn new(material: &Arc<Material>, host: &str) -> Connector {
+        Connector {
+            material: material.clone(),
+            host: Arc::from(host.trim_start_matches('[').trim_end_matches(']')),
+        }
+    }
 }
 
 type Connecting =
