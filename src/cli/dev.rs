@@ -54,8 +54,9 @@ pub struct DevArgs {
     #[arg(long, value_name = "FILE")]
     pub node_config: Option<PathBuf>,
     /// TLS on every port, with a CA and certificates made under DIR/certs
-    /// (kept for the next run); `dev.json` names the CA file as `ca_cert`,
-    /// which clients pass as `--ca-cert`.
+    /// (kept for the next run), and ACL on with a Super user; `dev.json`
+    /// names the CA file (`ca_cert`, which clients pass as `--ca-cert`) and
+    /// the user (`admin_access_key`, `admin_secret_key`).
     #[arg(long)]
     pub secure: bool,
 }
