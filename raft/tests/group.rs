@@ -180,6 +180,29 @@ async fn a_node_added_after_the_log_was_purged_installs_a_snapshot_and_keeps_up(
     let nodes = start_group(dir.path()).await;
     let l = leader(&nodes).await;
     put_topic(&l).await;
+    // A user and its policy: replicated state a new node gets only from
+    // the snapshot.
+    let alice = raftmq_raft::acl::User {
+        name: "alice".into(),
+        password: "alice-secret".into(),
+        user_type: raftmq_raft::acl::UserType::Normal,
+        status: raftmq_raft::acl::UserStatus::Enable,
+    };
+    let entry = raftmq_raft::acl::PolicyEntry {
+        resource: raftmq_raft::acl::Resource::parse("Topic:T").unwrap(),
+        actions: vec![raftmq_raft::acl::Action::Pub],
+        source_ips: vec![],
+        decision: raftmq_raft::acl::Decision::Allow,
+    };
+    for c in [
+        raftmq_raft::acl::AclCommand::CreateUser(alice.clone()),
+        raftmq_raft::acl::AclCommand::PutAcl {
+            subject: "User:alice".into(),
+            entries: vec![entry.clone()],
+        },
+    ] {
+        l.write(Command::admin(&AdminCommand::Acl(c))).await.unwrap();
+    }
     // Enough entries to fill several 64 KiB segments.
     send_padded(&l, 0..400, 1000).await;
     let last = l.sm.last_applied().unwrap().index;
@@ -243,6 +266,14 @@ async fn a_node_added_after_the_log_was_purged_installs_a_snapshot_and_keeps_up(
         );
     }
     assert!(n4.sm.topic("T").is_some(), "metadata came with the snapshot");
+    n4.sm.with_metadata(|m| {
+        assert_eq!(m.users.get("alice"), Some(&alice), "users came with the snapshot");
+        assert_eq!(
+            m.acls.get("User:alice"),
+            Some(&vec![entry]),
+            "policies came with the snapshot"
+        );
+    });
     n4.shutdown().await.unwrap();
     for n in &nodes {
         n.shutdown().await.unwrap();
