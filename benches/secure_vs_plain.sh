@@ -61,27 +61,17 @@ for _ in $(seq 1 "$runs"); do
   done
 done
 
-python3 - "$results" <<'PY'
-import json, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    system, row, report = line.split(" ", 2)
-    rows.setdefault(row, {}).setdefault(system, []).append(json.loads(report))
+PYTHONPATH=benches python3 - "$results" <<'PY'
+import sys
+from bench_table import header, line, load, median
 
-def cell(xs, fmt):
-    xs = sorted(xs)
-    return f"{fmt.format(statistics.median(xs))} ({fmt.format(xs[0])}-{fmt.format(xs[-1])})"
-
-med = lambda rs, k: statistics.median(r[k] for r in rs)
-print(f"{'row':<6} {'system':<7} {'msgs/s median (min-max)':<28} {'p50 ms':<22} {'p99 ms':<22} errors")
+rows = load(sys.argv[1])
+print(header(6))
 for row in ["c=64", "c=1"]:
     for system in ["plain", "secure"]:
-        rs = rows[row][system]
-        print(f"{row:<6} {system:<7} {cell([r['msgs_per_s'] for r in rs], '{:.0f}'):<28} "
-              f"{cell([r['p50_ms'] for r in rs], '{:.2f}'):<22} {cell([r['p99_ms'] for r in rs], '{:.2f}'):<22} "
-              f"{sum(r['errors'] for r in rs)}")
+        print(line(row, system, rows[row][system], 6))
     p, s = rows[row]["plain"], rows[row]["secure"]
-    print(f"{'':<6} {'ratio':<7} msgs/s x{med(s, 'msgs_per_s') / med(p, 'msgs_per_s'):.2f}   "
-          f"p50 x{med(p, 'p50_ms') / max(med(s, 'p50_ms'), 1e-9):.2f}   "
-          f"p99 x{med(p, 'p99_ms') / max(med(s, 'p99_ms'), 1e-9):.2f}  (secure vs plain; 1.00: no cost)")
+    print(f"{'':<6} {'ratio':<7} msgs/s x{median(s, 'msgs_per_s') / median(p, 'msgs_per_s'):.2f}   "
+          f"p50 x{median(p, 'p50_ms') / max(median(s, 'p50_ms'), 1e-9):.2f}   "
+          f"p99 x{median(p, 'p99_ms') / max(median(s, 'p99_ms'), 1e-9):.2f}  (secure vs plain; 1.00: no cost)")
 PY

@@ -150,38 +150,24 @@ for flush in async sync; do
   rm -rf "$dir"
 done
 
-python3 - "$results" <<'PY'
-import json, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    system, row, report = line.split(" ", 2)
-    rows.setdefault(row, {}).setdefault(system, []).append(json.loads(report))
+PYTHONPATH=benches python3 - "$results" <<'PY'
+import sys
+from bench_table import header, line, load, median
 
-def mmm(xs):
-    xs = sorted(xs)
-    return xs[0], statistics.median(xs), xs[-1]
-
-def cell(xs, fmt):
-    lo, med, hi = mmm(xs)
-    return f"{fmt.format(med)} ({fmt.format(lo)}-{fmt.format(hi)})"
-
-print(f"{'row':<11} {'system':<7} {'msgs/s median (min-max)':<28} {'p50 ms':<22} {'p99 ms':<22} errors")
+rows = load(sys.argv[1])
+print(header(11))
 for row in ["c=64-async", "c=1-async", "c=64-sync", "c=16-batch100", "c=64-no-op"]:
     for system in ["nats", "raftmq", "no-op"]:
         rs = rows.get(row, {}).get(system, [])
         if not rs:
             continue
-        print(f"{row:<11} {system:<7} {cell([r['msgs_per_s'] for r in rs], '{:.0f}'):<28} "
-              f"{cell([r['p50_ms'] for r in rs], '{:.2f}'):<22} {cell([r['p99_ms'] for r in rs], '{:.2f}'):<22} "
-              f"{sum(r['errors'] for r in rs)}")
+        print(line(row, system, rs, 11))
     n, m = rows.get(row, {}).get("nats"), rows.get(row, {}).get("raftmq")
     if n and m:
-        med = lambda rs, k: mmm([r[k] for r in rs])[1]
-        print(f"{'':<11} {'ratio':<7} msgs/s x{med(m, 'msgs_per_s') / med(n, 'msgs_per_s'):.2f}   "
-              f"p50 x{med(n, 'p50_ms') / max(med(m, 'p50_ms'), 1e-9):.2f}   "
-              f"p99 x{med(n, 'p99_ms') / max(med(m, 'p99_ms'), 1e-9):.2f}  (raftmq vs NATS; above 1: raftmq better)")
+        print(f"{'':<11} {'ratio':<7} msgs/s x{median(m, 'msgs_per_s') / median(n, 'msgs_per_s'):.2f}   "
+              f"p50 x{median(n, 'p50_ms') / max(median(m, 'p50_ms'), 1e-9):.2f}   "
+              f"p99 x{median(n, 'p99_ms') / max(median(m, 'p99_ms'), 1e-9):.2f}  (raftmq vs NATS; above 1: raftmq better)")
 sends, noop = rows.get("c=64-async", {}).get("raftmq"), rows.get("c=64-no-op", {}).get("no-op")
 if sends and noop:
-    med = lambda rs: mmm([r["msgs_per_s"] for r in rs])[1]
-    print(f"raftmq c=64 sends / no-op calls at c=64: {med(sends) / med(noop):.2f}")
+    print(f"raftmq c=64 sends / no-op calls at c=64: {median(sends, 'msgs_per_s') / median(noop, 'msgs_per_s'):.2f}")
 PY
