@@ -2,7 +2,8 @@
 //! policies are the group's replicated state, so they come back when every
 //! node restarts (from each node's snapshot and the log after it), and a
 //! follower that forwards a signed call does not vouch for it: the leader
-//! checks the signature again.
+//! checks the signature again. Operators' calls and Telemetry settings
+//! are checked on the topics and groups they name.
 
 mod common;
 
@@ -13,7 +14,9 @@ use raftmq::client::credentials::Credentials;
 use raftmq::client::{Client, ClientError, Outgoing};
 use raftmq::proto::pb;
 use raftmq::proto::pb::broker_client::BrokerClient;
+use raftmq::proto::rocketmq::v2;
 use raftmq::proto::rocketmq::v2::Code;
+use raftmq::proto::rocketmq::v2::messaging_service_client::MessagingServiceClient;
 use raftmq_raft::acl::{AclCommand, Action, Decision, PolicyEntry, Resource, User, UserStatus, UserType};
 use tonic::transport::Channel;
 
@@ -169,4 +172,195 @@ async fn users_and_policies_outlive_a_restart_of_every_node() {
         Err(ClientError::Refused { code, .. }) => assert_eq!(code, Code::Unauthorized),
         other => panic!("a wrong secret through a follower: {other:?}"),
     }
+}
+
+/// Asserts that a call was refused for want of a policy.
+fn denied<T: std::fmt::Debug>(r: Result<tonic::Response<T>, tonic::Status>, what: &str) {
+    match r {
+        Err(s) => assert_eq!(s.code(), tonic::Code::PermissionDenied, "{what}: {s:?}"),
+        Ok(r) => panic!("{what} was allowed: {r:?}"),
+    }
+}
+
+/// `msg`, signed as `user`.
+fn as_user<T>(user: &Credentials, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    user.sign_into(r.metadata_mut());
+    r
+}
+
+/// Operators' calls on one topic or group need the action on that topic
+/// or group, not on the cluster: a user allowed to create `own-*` topics
+/// and read group `g` may do that and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_are_checked_on_the_topic_or_group_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start_with(dir.path(), 1, "async", CONFIG);
+    let l = leader(&c).await;
+    change(
+        &l,
+        &AclCommand::CreateUser(User {
+            name: "ops".into(),
+            password: "ops-secret".into(),
+            user_type: UserType::Normal,
+            status: UserStatus::Enable,
+        }),
+    )
+    .await;
+    let entry = |resource: &str, actions: Vec<Action>| PolicyEntry {
+        resource: Resource::parse(resource).unwrap(),
+        actions,
+        source_ips: vec![],
+        decision: Decision::Allow,
+    };
+    change(
+        &l,
+        &AclCommand::PutAcl {
+            subject: "User:ops".into(),
+            entries: vec![
+                entry("Topic:own-*", vec![Action::Create, Action::Get]),
+                entry("Group:g", vec![Action::Get]),
+            ],
+        },
+    )
+    .await;
+    let ops = creds("ops", "ops-secret");
+    let topic = |name: &str| pb::PutTopicRequest {
+        name: name.into(),
+        read_queues: 1,
+        write_queues: 1,
+        perm: 6,
+        message_type: String::new(),
+    };
+    v1(&l).put_topic(as_user(&ops, topic("own-1"))).await.unwrap();
+    v1(&l)
+        .get_topic(as_user(&ops, pb::GetTopicRequest { name: "own-1".into() }))
+        .await
+        .unwrap();
+    v1(&l)
+        .put_consumer_group(as_root(pb::PutConsumerGroupRequest {
+            name: "g".into(),
+            fifo: false,
+            max_delivery_attempts: 16,
+        }))
+        .await
+        .unwrap();
+    v1(&l)
+        .get_consumer_group(as_user(&ops, pb::GetConsumerGroupRequest { name: "g".into() }))
+        .await
+        .unwrap();
+    denied(
+        v1(&l).put_topic(as_user(&ops, topic("other"))).await,
+        "creating another topic",
+    );
+    denied(
+        v1(&l)
+            .delete_topic(as_user(&ops, pb::DeleteTopicRequest { name: "own-1".into() }))
+            .await,
+        "deleting without Delete",
+    );
+    denied(
+        v1(&l)
+            .delete_consumer_group(as_user(&ops, pb::GetConsumerGroupRequest { name: "g".into() }))
+            .await,
+        "deleting the group",
+    );
+    denied(
+        v1(&l)
+            .group_progress(as_user(&ops, pb::GroupProgressRequest { group: String::new() }))
+            .await,
+        "every group's progress (List on the cluster)",
+    );
+    denied(
+        v1(&l)
+            .reset_offset(as_user(
+                &ops,
+                pb::ResetOffsetRequest {
+                    group: "g".into(),
+                    topic: "own-1".into(),
+                    to_end: true,
+                    ..Default::default()
+                },
+            ))
+            .await,
+        "resetting without Update on the group",
+    );
+    denied(
+        v1(&l)
+            .add_node(as_user(
+                &ops,
+                pb::AddNodeRequest {
+                    node_id: 9,
+                    raft_addr: "127.0.0.1:1".into(),
+                    client_addr: "127.0.0.1:2".into(),
+                },
+            ))
+            .await,
+        "adding a node",
+    );
+    // A producer's Telemetry settings name the topics whose transaction
+    // check-backs it would receive: it needs Pub on each.
+    for (who, want) in [(&ops, Code::Unauthorized), (&creds("root", "root-secret"), Code::Ok)] {
+        let settings = v2::TelemetryCommand {
+            status: None,
+            command: Some(v2::telemetry_command::Command::Settings(v2::Settings {
+                client_type: Some(v2::ClientType::Producer as i32),
+                pub_sub: Some(v2::settings::PubSub::Publishing(v2::Publishing {
+                    topics: vec![v2::Resource {
+                        resource_namespace: String::new(),
+                        name: "own-1".into(),
+                    }],
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })),
+        };
+        let mut r = as_user(who, tokio_stream::iter(vec![settings]));
+        r.metadata_mut().insert(
+            "x-mq-client-id",
+            format!("producer-{}", who.access_key).parse().unwrap(),
+        );
+        let mut t = MessagingServiceClient::new(Channel::from_shared(format!("http://{l}")).unwrap().connect_lazy())
+            .telemetry(r)
+            .await
+            .unwrap()
+            .into_inner();
+        let first = t.message().await.unwrap().unwrap();
+        assert_eq!(
+            first.status.map(|s| s.code),
+            Some(want as i32),
+            "{}'s settings",
+            who.access_key
+        );
+    }
+
+    // What was refused did not happen.
+    let topics = v1(&l)
+        .get_topic(as_root(pb::GetTopicRequest { name: "other".into() }))
+        .await;
+    assert!(topics.is_err(), "topic other exists: {topics:?}");
+}
+
+/// A group with ACL on and no first user could never be called: its
+/// bootstrap node refuses to make it, and says what to set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_group_with_acl_on_needs_an_initial_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 1, "async", "[acl]\nenabled = true\n");
+    let child = c.nodes[0].child.as_mut().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the node kept running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    c.nodes[0].child = None;
+    assert!(!status.success());
+    let log = std::fs::read_to_string(dir.path().join("node1.log")).unwrap();
+    assert!(
+        log.contains("will not initialize a new group") && log.contains("init_access_key"),
+        "{log}"
+    );
 }

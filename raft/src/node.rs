@@ -45,6 +45,11 @@ pub struct NodeConfig {
     /// This node initializes the group if it was never initialized. Exactly
     /// one node of a new group should have it; restarts never re-initialize.
     pub bootstrap: bool,
+    /// Why this node must not initialize a new group, if it must not: then
+    /// a bootstrap of a group that never was fails with this reason, while
+    /// a restart of a group that was goes on (the broker sets it when no
+    /// one could ever call the new group, see its `[acl]`).
+    pub bootstrap_refusal: Option<String>,
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
     pub heartbeat_interval_ms: u64,
@@ -77,6 +82,7 @@ impl NodeConfig {
             advertise,
             initial_members: BTreeMap::new(),
             bootstrap: false,
+            bootstrap_refusal: None,
             election_timeout_min_ms: 150,
             election_timeout_max_ms: 300,
             heartbeat_interval_ms: 50,
@@ -243,6 +249,9 @@ impl RaftNode {
             .map_err(|e| RaftError::Fatal(e.to_string()))?;
         if initialized {
             return Ok(());
+        }
+        if let Some(why) = &cfg.bootstrap_refusal {
+            return Err(RaftError::Invalid(format!("will not initialize a new group: {why}")));
         }
         let mut members = cfg.initial_members.clone();
         members.entry(cfg.node_id).or_insert_with(|| cfg.advertise.clone());

@@ -463,6 +463,14 @@ impl BrokerConfig {
             })
             .collect();
         n.bootstrap = self.bootstrap;
+        if self.acl.enabled && !matches!(self.acl.init_user(), Ok(Some(_))) {
+            n.bootstrap_refusal = Some(
+                "[acl] is enabled and no initial Super user is named, so no one could ever call the group: \
+                 set [acl] init_access_key and init_secret_key (or RAFTMQ_ACL_INIT_ACCESS_KEY and \
+                 RAFTMQ_ACL_INIT_SECRET_KEY)"
+                    .into(),
+            );
+        }
         // Peers whose names RAFTMQ_HOSTS pins are dialled there.
         n.dial_overrides = self
             .peers

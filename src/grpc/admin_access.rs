@@ -1,18 +1,31 @@
-//! `raftmq.v1.Broker` under ACL (`[acl]`): the operators' API, so every
-//! call needs an action on the cluster (`Cluster:<cluster>`), or a Super
-//! user, or a member node's certificate; managing users and policies
-//! needs a Super user or a member. Checked in front of the service, by
-//! the called method, so that no method can be missed: one not listed
-//! here needs a Super user.
+//! `raftmq.v1.Broker` under ACL (`[acl]`): the operators' API. A call on
+//! one topic or group needs the matching action on that `Topic:<name>` or
+//! `Group:<name>`, as RocketMQ 5's ACL 2.0 asks of its admin requests; a
+//! call on the node or the whole group needs it on `Cluster:<cluster>`.
+//! Super users and member nodes (by certificate) pass; managing users and
+//! policies needs one of them.
 //!
-//! | methods | action on `Cluster:<cluster>` |
-//! |---------|-------------------------------|
-//! | `Ping` | none (any authenticated caller) |
-//! | `Status`, `GetTopic`, `GetConsumerGroup`, `TopicStatus`, `GroupProgress`, `GetBrokerConfig`, `Read`, `QueryMessages`, `ReadHeld` | `Get` |
-//! | `ListConsumerGroups`, `ListClients` | `List` |
-//! | `PutTopic`, `PutConsumerGroup` | `Create` or `Update` |
-//! | `DeleteTopic`, `DeleteConsumerGroup` | `Delete` |
-//! | `Send`, `ResetOffset`, `AddNode`, `RemoveNode`, `TransferLeader`, `SetWritable`, `UpdateBrokerConfig`, `CheckTransaction` | `Update` |
+//! Checked in two places. The gate in front of the service goes by the
+//! called method, so that no method can be missed (one not listed here
+//! needs a Super user); it authenticates every call and, for the cluster
+//! rows, authorizes it too. The topic and group rows need the decoded
+//! request, so their handlers call `BrokerService::allow` with the
+//! request's [`Named::checks`].
+//!
+//! | methods | needs |
+//! |---------|-------|
+//! | `Ping` | any authenticated caller |
+//! | `Send` | `Pub` on the topic |
+//! | `Read`, `QueryMessages`, `GetTopic`, `TopicStatus` | `Get` on the topic |
+//! | `PutTopic` | `Create` or `Update` on the topic |
+//! | `DeleteTopic` | `Delete` on the topic |
+//! | `GetConsumerGroup`, `GroupProgress` of one group | `Get` on the group |
+//! | `PutConsumerGroup` | `Create` or `Update` on the group |
+//! | `DeleteConsumerGroup` | `Delete` on the group |
+//! | `ResetOffset` | `Update` on the group, and `Get` on the topic when one is named |
+//! | `Status`, `GetBrokerConfig`, `ReadHeld` | `Get` on the cluster |
+//! | `ListConsumerGroups`, `ListClients`, `GroupProgress` of every group | `List` on the cluster |
+//! | `AddNode`, `RemoveNode`, `TransferLeader`, `SetWritable`, `UpdateBrokerConfig`, `CheckTransaction` | `Update` on the cluster |
 //! | `ChangeAcl`, `ReadAcl` | Super users and members only |
 
 use std::convert::Infallible;
@@ -30,9 +43,13 @@ use tonic::server::NamedService;
 
 use crate::broker::Broker;
 use crate::broker::auth::{AuthError, CallInfo};
+use crate::proto::pb;
 
-/// What a method needs.
+/// What a method needs of its caller, as far as the gate can tell.
+#[derive(Debug, PartialEq)]
 enum Need {
+    /// Authentication here; the handler checks the topic or group the
+    /// request names ([`Named`]).
     Authenticated,
     Cluster(&'static [Action]),
     Admin,
@@ -41,15 +58,117 @@ enum Need {
 fn need(method: &str) -> Need {
     use Action::*;
     match method {
-        "Ping" => Need::Authenticated,
-        "Status" | "GetTopic" | "GetConsumerGroup" | "TopicStatus" | "GroupProgress" | "GetBrokerConfig" | "Read"
-        | "QueryMessages" | "ReadHeld" => Need::Cluster(&[Get]),
+        "Ping"
+        | "Send"
+        | "Read"
+        | "QueryMessages"
+        | "GetTopic"
+        | "TopicStatus"
+        | "PutTopic"
+        | "DeleteTopic"
+        | "GetConsumerGroup"
+        | "GroupProgress"
+        | "PutConsumerGroup"
+        | "DeleteConsumerGroup"
+        | "ResetOffset" => Need::Authenticated,
+        "Status" | "GetBrokerConfig" | "ReadHeld" => Need::Cluster(&[Get]),
         "ListConsumerGroups" | "ListClients" => Need::Cluster(&[List]),
-        "PutTopic" | "PutConsumerGroup" => Need::Cluster(&[Create, Update]),
-        "DeleteTopic" | "DeleteConsumerGroup" => Need::Cluster(&[Delete]),
-        "Send" | "ResetOffset" | "AddNode" | "RemoveNode" | "TransferLeader" | "SetWritable" | "UpdateBrokerConfig"
-        | "CheckTransaction" => Need::Cluster(&[Update]),
+        "AddNode" | "RemoveNode" | "TransferLeader" | "SetWritable" | "UpdateBrokerConfig" | "CheckTransaction" => {
+            Need::Cluster(&[Update])
+        }
         _ => Need::Admin,
+    }
+}
+
+/// A request that names the topic or group it acts on, and what it needs
+/// there (the table above).
+pub trait Named {
+    fn checks(&self, cluster: &str) -> Vec<Check>;
+}
+
+fn on(kind: ResourceType, name: &str, actions: &'static [Action]) -> Check {
+    Check {
+        kind,
+        name: name.to_string(),
+        actions,
+    }
+}
+
+const GET: &[Action] = &[Action::Get];
+const CREATE_OR_UPDATE: &[Action] = &[Action::Create, Action::Update];
+const DELETE: &[Action] = &[Action::Delete];
+
+impl Named for pb::SendRequest {
+    fn checks(&self, _: &str) -> Vec<Check> {
+        vec![on(ResourceType::Topic, &self.topic, &[Action::Pub])]
+    }
+}
+
+impl Named for pb::ReadRequest {
+    fn checks(&self, _: &str) -> Vec<Check> {
+        vec![on(ResourceType::Topic, &self.topic, GET)]
+    }
+}
+
+impl Named for pb::QueryMessagesRequest {
+    fn checks(&self, _: &str) -> Vec<Check> {
+        vec![on(ResourceType::Topic, &self.topic, GET)]
+    }
+}
+
+/// `GetTopic` and `TopicStatus`.
+impl Named for pb::GetTopicRequest {
+    fn checks(&self, _: &str) -> Vec<Check> {
+        vec![on(ResourceType::Topic, &self.name, GET)]
+    }
+}
+
+impl Named for pb::PutTopicRequest {
+    fn checks(&self, _: &str) -> Vec<Check> {
+        vec![on(ResourceType::Topic, &self.name, CREATE_OR_UPDATE)]
+    }
+}
+
+impl Named for pb::DeleteTopicRequest {
+    fn checks(&self, _: &str) -> Vec<Check> {
+        vec![on(ResourceType::Topic, &self.name, DELETE)]
+    }
+}
+
+/// `GetConsumerGroup` (`Get`) and `DeleteConsumerGroup` (`Delete`) share
+/// a request type, so the handler says which with [`group_checks`].
+pub fn group_checks(req: &pb::GetConsumerGroupRequest, actions: &'static [Action]) -> Vec<Check> {
+    vec![on(ResourceType::Group, &req.name, actions)]
+}
+
+/// What `DeleteConsumerGroup` needs.
+pub const GROUP_DELETE: &[Action] = DELETE;
+/// What `GetConsumerGroup` needs.
+pub const GROUP_GET: &[Action] = GET;
+
+impl Named for pb::GroupProgressRequest {
+    fn checks(&self, cluster: &str) -> Vec<Check> {
+        if self.group.is_empty() {
+            vec![on(ResourceType::Cluster, cluster, &[Action::List])]
+        } else {
+            vec![on(ResourceType::Group, &self.group, GET)]
+        }
+    }
+}
+
+impl Named for pb::PutConsumerGroupRequest {
+    fn checks(&self, _: &str) -> Vec<Check> {
+        vec![on(ResourceType::Group, &self.name, CREATE_OR_UPDATE)]
+    }
+}
+
+impl Named for pb::ResetOffsetRequest {
+    fn checks(&self, _: &str) -> Vec<Check> {
+        let mut out = vec![on(ResourceType::Group, &self.group, &[Action::Update])];
+        if !self.topic.is_empty() {
+            out.push(on(ResourceType::Topic, &self.topic, GET));
+        }
+        out
     }
 }
 
@@ -114,5 +233,35 @@ where
             return Box::pin(async move { Ok(refusal) });
         }
         Box::pin(self.inner.call(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(checks: Vec<Check>) -> Vec<String> {
+        checks.into_iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn topic_and_group_calls_are_checked_on_what_they_name() {
+        let put = pb::PutTopicRequest {
+            name: "orders".into(),
+            ..Default::default()
+        };
+        assert_eq!(names(put.checks("c")), ["Create or Update on Topic:orders"]);
+        let reset = pb::ResetOffsetRequest {
+            group: "g".into(),
+            topic: "t".into(),
+            ..Default::default()
+        };
+        assert_eq!(names(reset.checks("c")), ["Update on Group:g", "Get on Topic:t"]);
+        let every = pb::GroupProgressRequest { group: String::new() };
+        assert_eq!(names(every.checks("c")), ["List on Cluster:c"]);
+        // The gate leaves these to their handlers, and keeps the cluster's.
+        assert_eq!(need("PutTopic"), Need::Authenticated);
+        assert_eq!(need("AddNode"), Need::Cluster(&[Action::Update]));
+        assert_eq!(need("SomethingNew"), Need::Admin);
     }
 }

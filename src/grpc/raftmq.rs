@@ -6,17 +6,20 @@ use std::future::Future;
 use std::sync::Arc;
 
 use raftmq_raft::NodeAddr;
+use raftmq_raft::acl::Check;
 use raftmq_raft::command::{TopicConfig, TopicMessageType};
 use raftmq_raft::consumption::GroupConfig;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::broker::Broker;
+use crate::broker::auth::CallInfo;
 use crate::broker::group_admin::ResetTarget;
 use crate::broker::read::StoredMessage;
 use crate::broker::status::NodeStatus;
 use crate::error::BrokerError;
 use crate::grpc;
+use crate::grpc::admin_access::{self, Named};
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
 use crate::proto::pb::broker_server;
@@ -56,6 +59,26 @@ impl BrokerService {
     }
 }
 
+impl BrokerService {
+    /// Refuses `request` unless its caller may do `checks` (the topic and
+    /// group rows of [`admin_access`]'s table; the gate did the rest).
+    fn allow<R>(&self, request: &Request<R>, checks: &[Check]) -> Result<(), Status> {
+        if !self.broker.acl_enabled() {
+            return Ok(());
+        }
+        self.broker.access(&CallInfo::of(request), checks)?;
+        Ok(())
+    }
+
+    /// [`Self::allow`] with what the request names.
+    fn allow_named<R: Named>(&self, request: &Request<R>) -> Result<(), Status> {
+        if !self.broker.acl_enabled() {
+            return Ok(());
+        }
+        self.allow(request, &request.get_ref().checks(&self.broker.cfg.cluster))
+    }
+}
+
 /// A `raftmq.v1.Broker` client over a channel to another node.
 fn v1_client(channel: Channel) -> BrokerClient<Channel> {
     BrokerClient::new(channel)
@@ -66,6 +89,7 @@ fn v1_client(channel: Channel) -> BrokerClient<Channel> {
 #[tonic::async_trait]
 impl broker_server::Broker for BrokerService {
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
+        self.allow_named(&request)?;
         let _in_progress = self.broker.admit_send()?;
         let out = self
             .on_leader(
@@ -85,6 +109,7 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn read(&self, request: Request<pb::ReadRequest>) -> Result<Response<pb::ReadResponse>, Status> {
+        self.allow_named(&request)?;
         let r = request.into_inner();
         let batch = self
             .broker
@@ -98,6 +123,7 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn put_topic(&self, request: Request<pb::PutTopicRequest>) -> Result<Response<pb::PutTopicResponse>, Status> {
+        self.allow_named(&request)?;
         let out = self
             .on_leader(
                 request,
@@ -125,6 +151,7 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn get_topic(&self, request: Request<pb::GetTopicRequest>) -> Result<Response<pb::TopicData>, Status> {
+        self.allow_named(&request)?;
         let out = self
             .on_leader(
                 request,
@@ -149,6 +176,10 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::GetConsumerGroupRequest>,
     ) -> Result<Response<pb::ConsumerGroupInfo>, Status> {
+        self.allow(
+            &request,
+            &admin_access::group_checks(request.get_ref(), admin_access::GROUP_GET),
+        )?;
         let out = self
             .on_leader(
                 request,
@@ -181,6 +212,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::DeleteTopicRequest>,
     ) -> Result<Response<pb::PutTopicResponse>, Status> {
+        self.allow_named(&request)?;
         let out = self
             .on_leader(
                 request,
@@ -198,6 +230,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::PutConsumerGroupRequest>,
     ) -> Result<Response<pb::PutConsumerGroupResponse>, Status> {
+        self.allow_named(&request)?;
         let out = self
             .on_leader(
                 request,
@@ -238,6 +271,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::GroupProgressRequest>,
     ) -> Result<Response<pb::GroupProgressResponse>, Status> {
+        self.allow_named(&request)?;
         let group = request.into_inner().group;
         if group.is_empty() {
             return Ok(Response::new(progress_of(&self.broker, None)));
@@ -250,6 +284,10 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::GetConsumerGroupRequest>,
     ) -> Result<Response<pb::PutConsumerGroupResponse>, Status> {
+        self.allow(
+            &request,
+            &admin_access::group_checks(request.get_ref(), admin_access::GROUP_DELETE),
+        )?;
         let out = self
             .on_leader(
                 request,
@@ -267,6 +305,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::GetTopicRequest>,
     ) -> Result<Response<pb::TopicStatusResponse>, Status> {
+        self.allow_named(&request)?;
         let queues = self
             .broker
             .topic_status(&request.into_inner().name)?
@@ -285,6 +324,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::ResetOffsetRequest>,
     ) -> Result<Response<pb::GroupProgressResponse>, Status> {
+        self.allow_named(&request)?;
         let out = self
             .on_leader(
                 request,
@@ -309,6 +349,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::QueryMessagesRequest>,
     ) -> Result<Response<pb::QueryMessagesResponse>, Status> {
+        self.allow_named(&request)?;
         let r = request.into_inner();
         let max = if r.max == 0 { 32 } else { r.max.min(1024) as usize };
         let (wanted, by_id) = match r.by {

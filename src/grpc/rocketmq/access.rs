@@ -169,6 +169,27 @@ impl Guarded for v2::SyncLiteSubscriptionRequest {
     }
 }
 
+/// A client's Telemetry settings: a producer that names a topic receives
+/// the check-backs (with message bodies) of that topic's transactions, so
+/// it needs `Pub` on each; a consumer's subscription needs `Sub` on the
+/// group and on each topic, as its receives do.
+impl Guarded for v2::Settings {
+    fn checks(&self) -> Vec<Check> {
+        // As many as the broker keeps of a client (the rest are dropped
+        // unseen), so that a long list cannot make a long check.
+        let cap = crate::broker::clients::MAX_CLIENT_TOPICS;
+        match &self.pub_sub {
+            Some(v2::settings::PubSub::Publishing(p)) => {
+                p.topics.iter().take(cap).map(|t| topic(Some(t), PUB)).collect()
+            }
+            Some(v2::settings::PubSub::Subscription(s)) => std::iter::once(group(s.group.as_ref()))
+                .chain(s.subscriptions.iter().take(cap).map(|e| topic(e.topic.as_ref(), SUB)))
+                .collect(),
+            None => vec![],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +227,31 @@ mod tests {
             client_type: v2::ClientType::Producer as i32,
         };
         assert!(producer.checks().is_empty());
+    }
+
+    #[test]
+    fn telemetry_settings_need_what_their_calls_would() {
+        let publishing = v2::Settings {
+            pub_sub: Some(v2::settings::PubSub::Publishing(v2::Publishing {
+                topics: vec![res("a").unwrap(), res("b").unwrap()],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let names: Vec<String> = publishing.checks().into_iter().map(|c| c.to_string()).collect();
+        assert_eq!(names, ["Pub on Topic:a", "Pub on Topic:b"]);
+        let subscription = v2::Settings {
+            pub_sub: Some(v2::settings::PubSub::Subscription(v2::Subscription {
+                group: res("g"),
+                subscriptions: vec![v2::SubscriptionEntry {
+                    topic: res("t"),
+                    expression: None,
+                }],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let names: Vec<String> = subscription.checks().into_iter().map(|c| c.to_string()).collect();
+        assert_eq!(names, ["Sub on Group:g", "Sub on Topic:t"]);
     }
 }

@@ -12,7 +12,9 @@ use tonic::{Request, Response, Status};
 use super::service::*;
 use crate::broker::clients::{MAX_CLIENT_TOPICS, Subscription};
 use crate::broker::pop;
+use crate::error::BrokerError;
 use crate::grpc::header;
+use crate::grpc::rocketmq::access::Guarded;
 use crate::proto::rocketmq::v2;
 use crate::proto::rocketmq::v2::Code;
 use crate::proto::v2_message::{ok, status};
@@ -52,9 +54,10 @@ pub(super) async fn telemetry(
     let peer = raftmq_raft::tls::PeerInfo::ip(&request);
     // Refused before the stream opens: the client sees why at once.
     crate::broker::clients::validate_id(&id).map_err(|e| Status::invalid_argument(e.to_string()))?;
-    // Who may hold a stream: any authenticated caller. What it publishes
-    // and subscribes to is checked on each send and receive.
-    svc.broker
+    // Who may hold a stream: any authenticated caller. The topics and
+    // group its settings name are checked as each settings command comes.
+    let caller = svc
+        .broker
         .authenticate(&crate::broker::auth::CallInfo::of(&request))
         .map_err(Status::from)?;
     let mut inbound = request.into_inner();
@@ -123,8 +126,10 @@ pub(super) async fn telemetry(
                 None => (header_language.clone(), header_version.clone()),
             };
             let clients = &broker.clients;
-            let known = clients
-                .seen(&id, peer, client_type, group, &language, &version)
+            let known = broker
+                .authorize(&caller, &s.checks(), peer)
+                .map_err(BrokerError::from)
+                .and_then(|()| clients.seen(&id, peer, client_type, group, &language, &version))
                 .and_then(|()| match published {
                     Some(topics) => clients.publishes(&id, peer, topics),
                     None => Ok(()),
