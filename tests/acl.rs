@@ -364,3 +364,77 @@ async fn a_new_group_with_acl_on_needs_an_initial_user() {
         "{log}"
     );
 }
+
+/// A node that has not applied its group's latest users never refuses one
+/// of them: it catches up first, and while it cannot (it knows no leader)
+/// it answers "unavailable", which clients retry, not "unauthorized".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_on_users_answers_unavailable_not_unauthorized() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "async", CONFIG);
+    let l = leader(&c).await;
+    // Node 3 is down while alice is made, so its log lacks her.
+    let lagging = c.nodes.iter().position(|n| n.client_addr != l).unwrap() as u64 + 1;
+    assert!(c.stop(lagging).success());
+    change(
+        &l,
+        &AclCommand::CreateUser(User {
+            name: "alice".into(),
+            password: "alice-secret".into(),
+            user_type: UserType::Normal,
+            status: UserStatus::Enable,
+        }),
+    )
+    .await;
+    let alice = creds("alice", "alice-secret");
+    let heartbeat = |addr: String| {
+        let alice = alice.clone();
+        async move {
+            let mut r = as_user(
+                &alice,
+                v2::HeartbeatRequest {
+                    group: None,
+                    client_type: v2::ClientType::Producer as i32,
+                },
+            );
+            r.metadata_mut().insert("x-mq-client-id", "alice-1".parse().unwrap());
+            MessagingServiceClient::new(Channel::from_shared(format!("http://{addr}")).unwrap().connect_lazy())
+                .heartbeat(r)
+                .await
+                .map(|r| r.into_inner().status.map_or(0, |s| s.code))
+        }
+    };
+    // Alone, it cannot learn what it lacks.
+    for id in 1..=3 {
+        if id != lagging {
+            assert!(c.stop(id).success());
+        }
+    }
+    c.spawn(lagging);
+    let addr = c.node(lagging).client_addr.clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let code = loop {
+        match heartbeat(addr.clone()).await {
+            Ok(code) => break code,
+            Err(e) => assert!(Instant::now() < deadline, "node {lagging} never answered: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(code, Code::HaNotAvailable as i32, "a node that knows no leader");
+    // With its group back, it catches up and lets her in; never a refusal.
+    for id in 1..=3 {
+        if id != lagging {
+            c.spawn(id);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match heartbeat(addr.clone()).await {
+            Ok(code) if code == Code::Ok as i32 => break,
+            Ok(code) => assert_ne!(code, Code::Unauthorized as i32, "alice refused by a node catching up"),
+            Err(_) => {}
+        }
+        assert!(Instant::now() < deadline, "node {lagging} never let alice in");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

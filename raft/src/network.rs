@@ -90,6 +90,21 @@ impl NetworkFactory {
     }
 }
 
+impl NetworkFactory {
+    /// Asks `leader`, at `node`, for a ReadIndex (the `ReadIndex` RPC): the
+    /// log index this node must apply to see everything its group
+    /// committed before now.
+    pub async fn read_index(&self, leader: NodeId, node: &NodeAddr, within: Duration) -> Result<u64, String> {
+        let conn = self.clone().new_client(leader, node).await;
+        let mut client = conn.client().map_err(|e| e.to_string())?;
+        let reply = tokio::time::timeout(within, client.read_index(conn.addressed(pb::ReadIndexRequest {})))
+            .await
+            .map_err(|_| format!("leader {leader} did not answer a ReadIndex in time"))?
+            .map_err(|s| format!("leader {leader} gave no ReadIndex: {}", s.message()))?;
+        Ok(reply.into_inner().index)
+    }
+}
+
 /// openraft's client for one peer.
 pub struct Connection {
     group: Arc<str>,

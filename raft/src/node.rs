@@ -139,7 +139,15 @@ pub struct RaftNode {
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     raft_addr: std::net::SocketAddr,
+    /// Dials peers outside openraft's own calls (a follower's ReadIndex).
+    network: NetworkFactory,
+    /// Bounds the [`RaftNode::catch_up`]s in progress, each a heartbeat
+    /// round on the leader: a flood of refused calls costs the group little.
+    catch_ups: tokio::sync::Semaphore,
 }
+
+/// Most [`RaftNode::catch_up`]s at once on one node.
+const MAX_CATCH_UPS: usize = 4;
 
 /// Opens the store (recovering it after a crash), the Raft log over it
 /// and the state machine.
@@ -184,19 +192,14 @@ impl RaftNode {
             config.enable_elect = false;
         }
         let config = Arc::new(config);
-        let raft = Raft::new(
-            cfg.node_id,
-            config,
-            NetworkFactory::new(
-                &cfg.group,
-                cfg.dial_overrides.clone(),
-                crate::tls::Dialer::new(cfg.tls.clone()),
-            ),
-            log.clone(),
-            sm.clone(),
-        )
-        .await
-        .map_err(|e| RaftError::Fatal(e.to_string()))?;
+        let network = NetworkFactory::new(
+            &cfg.group,
+            cfg.dial_overrides.clone(),
+            crate::tls::Dialer::new(cfg.tls.clone()),
+        );
+        let raft = Raft::new(cfg.node_id, config, network.clone(), log.clone(), sm.clone())
+            .await
+            .map_err(|e| RaftError::Fatal(e.to_string()))?;
 
         let (stop, stopped) = watch::channel(false);
         // A few streams per peer: replication, heartbeats, votes, snapshots;
@@ -226,6 +229,8 @@ impl RaftNode {
             stop,
             server,
             raft_addr,
+            network,
+            catch_ups: tokio::sync::Semaphore::new(MAX_CATCH_UPS),
         });
         if cfg.bootstrap {
             node.bootstrap(&cfg).await?;
@@ -303,6 +308,53 @@ impl RaftNode {
                 "no quorum confirmed this node's leadership in time".into(),
             )),
         }
+    }
+
+    /// Waits, up to `within`, until this node has applied everything its
+    /// group committed before the call: as leader after a ReadIndex round
+    /// ([`RaftNode::linearizable`]); otherwise up to the index its leader
+    /// gives for a ReadIndex (the `ReadIndex` RPC), Raft's follower read.
+    /// `Ok(advanced)`: caught up, and whether anything was applied
+    /// meanwhile (a check made before on this node's state may now answer
+    /// differently). `Err`: no leader answered, or this node did not catch
+    /// up in time. A node that just restarted, say, may name a leader from
+    /// its last term that is gone: then it cannot tell.
+    pub async fn catch_up(&self, within: Duration) -> Result<bool, String> {
+        let deadline = tokio::time::Instant::now() + within;
+        let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+        let applied = || self.raft.metrics().borrow_watched().last_applied.map_or(0, |l| l.index);
+        let _turn = tokio::time::timeout(within, self.catch_ups.acquire())
+            .await
+            .map_err(|_| "too many calls are waiting for this node to catch up".to_string())?
+            .map_err(|_| "shutting down".to_string())?;
+        let before = applied();
+        if self.is_leader() {
+            tokio::time::timeout(left(), self.linearizable())
+                .await
+                .map_err(|_| "this leader could not confirm its commit index in time".to_string())?
+                .map_err(|e| e.to_string())?;
+            return Ok(applied() > before);
+        }
+        let m = self.raft.metrics().borrow_watched().clone();
+        let leader = m.current_leader.ok_or("this node knows no leader")?;
+        let at = m
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .cloned()
+            .ok_or_else(|| format!("leader {leader} is not in this node's membership"))?;
+        let index = self.network.read_index(leader, &at, left()).await?;
+        self.raft
+            .wait(Some(left()))
+            .applied_index_at_least(Some(index), "applied what the leader committed")
+            .await
+            .map_err(|_| {
+                format!(
+                    "this node has applied {} of the {index} entries its group committed",
+                    applied()
+                )
+            })?;
+        Ok(applied() > before)
     }
 
     /// Runs a leader-only openraft call, retrying while leadership is

@@ -102,6 +102,9 @@ fn speaks_for_itself(caller: Option<u64>, vote: &crate::types::Vote) -> Result<(
     }
 }
 
+/// How long a ReadIndex may wait for a quorum's heartbeat answers.
+const READ_INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 type AppendStream = Pin<Box<dyn Stream<Item = Result<pb::AppendResponse, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
@@ -238,5 +241,21 @@ impl raft_server::Raft for RaftService {
         Ok(Response::new(pb::TransferLeaderReply {
             error: result.err().map(|e| e.to_string()).unwrap_or_default(),
         }))
+    }
+
+    async fn read_index(&self, request: Request<pb::ReadIndexRequest>) -> Result<Response<pb::ReadIndexReply>, Status> {
+        self.check(&request)?;
+        if !self.raft.is_leader() {
+            return Err(Status::failed_precondition("not the leader"));
+        }
+        // The heartbeat round waits for a quorum that may not answer.
+        let read = self.raft.get_read_log_id(openraft::ReadPolicy::ReadIndex);
+        match tokio::time::timeout(READ_INDEX_WAIT, read).await {
+            Ok(Ok((read_log_id, _))) => Ok(Response::new(pb::ReadIndexReply {
+                index: read_log_id.index(),
+            })),
+            Ok(Err(e)) => Err(Status::failed_precondition(e.to_string())),
+            Err(_) => Err(Status::unavailable("no quorum confirmed this leader in time")),
+        }
     }
 }

@@ -16,8 +16,17 @@
 //! ([`raftmq_raft::acl::decide`]). Users and policies are read from the
 //! node's applied state, so a change is in force on a node once it has
 //! applied it.
+//!
+//! A node that has not applied the latest changes (it just restarted, was
+//! given back its log after a wipe, or has just been elected) could refuse
+//! a user that exists, or a grant just made. So a refusal is not final
+//! until the node has caught up with what its group committed
+//! ([`Broker::checked`]): then it checks again; if it cannot catch up
+//! within [`CATCH_UP_WAIT`], the call gets "unavailable" (retry, perhaps
+//! elsewhere), never a refusal the group as a whole would not give.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use raftmq_raft::acl::{self, Check, Decision, UserStatus, UserType};
 use raftmq_raft::tls::{NodeIdentity, PeerInfo};
@@ -46,13 +55,25 @@ pub enum AuthError {
     Unauthenticated(String),
     #[error("access denied: {0}")]
     Denied(String),
+    /// This node could not tell: it has not applied its group's latest
+    /// users and policies, and did not catch up in time.
+    #[error("cannot check credentials here yet: {0}")]
+    Behind(String),
 }
+
+/// How long a refused call waits for its node to catch up with the users
+/// and policies its group committed (about two election timeouts and a
+/// snapshot's worth of applying, on a node that just restarted).
+pub const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
 
 impl From<AuthError> for BrokerError {
     /// As RocketMQ answers both: `UNAUTHORIZED` (40100), the message
     /// telling which it was.
     fn from(e: AuthError) -> BrokerError {
-        BrokerError::Refused(Code::Unauthorized, e.to_string())
+        match e {
+            AuthError::Behind(_) => BrokerError::Unavailable(e.to_string()),
+            _ => BrokerError::Refused(Code::Unauthorized, e.to_string()),
+        }
     }
 }
 
@@ -61,6 +82,7 @@ impl From<AuthError> for tonic::Status {
         match e {
             AuthError::Unauthenticated(_) => tonic::Status::unauthenticated(e.to_string()),
             AuthError::Denied(_) => tonic::Status::permission_denied(e.to_string()),
+            AuthError::Behind(_) => tonic::Status::unavailable(e.to_string()),
         }
     }
 }
@@ -171,6 +193,23 @@ impl Broker {
         let caller = self.authenticate(call)?;
         self.authorize(&caller, checks, call.ip())?;
         Ok(caller)
+    }
+
+    /// `check` (one of the checks here) against this node's users and
+    /// policies as its group committed them: a refusal made before this
+    /// node caught up is checked again once it has, or becomes
+    /// [`AuthError::Behind`]. Allowed calls and refusals on a node that is
+    /// up to date answer at once.
+    pub async fn checked<T>(&self, check: impl Fn() -> Result<T, AuthError>) -> Result<T, AuthError> {
+        let refusal = match check() {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        match self.node.catch_up(CATCH_UP_WAIT).await {
+            Ok(true) => check(),
+            Ok(false) => Err(refusal),
+            Err(why) => Err(AuthError::Behind(format!("{why} (it would refuse: {refusal})"))),
+        }
     }
 
     /// Refuses a call that is not from a member or a Super user (user and

@@ -15,7 +15,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use raftmq_raft::tls::issue::{Ca, Pem};
+use raftmq_raft::tls::issue::Ca;
+
+use crate::cli::cert::{write_pair, write_private};
 
 /// The access key of dev's Super user.
 pub const ADMIN: &str = "raftmq-admin";
@@ -113,35 +115,9 @@ pub fn ensure(dir: &Path, processes: &[(String, Option<(String, u64)>)]) -> anyh
                 member.as_ref().map(|(g, n)| (g.as_str(), *n)),
             )
             .map_err(anyhow::Error::msg)?;
-        write_pair(&certs.leaf(name), &pem)?;
+        let leaf = certs.leaf(name);
+        write_pair(&leaf.cert, &leaf.key, &pem)?;
     }
-    write_pair(
-        &Leaf {
-            cert: certs.ca_cert.clone(),
-            key: certs_dir.join("ca.key"),
-        },
-        ca.pem(),
-    )?;
+    write_pair(&certs.ca_cert, &certs_dir.join("ca.key"), ca.pem())?;
     Ok(certs)
-}
-
-/// Writes a certificate (readable) and its key (owner only).
-fn write_pair(leaf: &Leaf, pem: &Pem) -> anyhow::Result<()> {
-    std::fs::write(&leaf.cert, &pem.cert).with_context(|| format!("cannot write {}", leaf.cert.display()))?;
-    write_private(&leaf.key, &pem.key)
-}
-
-/// Writes a file only its owner may read.
-fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    f.write_all(text.as_bytes())?;
-    Ok(())
 }

@@ -5,6 +5,7 @@
 //! | module      | commands                                                        |
 //! |-------------|-----------------------------------------------------------------|
 //! | [`acl`]     | `raftmq user`, `raftmq acl`: ACL 2.0 users and policies         |
+//! | [`cert`]    | `raftmq cert ca|issue`: a CA and the certificates `[tls]` needs  |
 //! | [`dev`]     | `raftmq dev`: a NameServer and three-node groups, one command    |
 //! | [`dev_secure`] | `raftmq dev --secure`: its CA, certificates and `[tls]` tables |
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
@@ -28,6 +29,7 @@ pub mod acl;
 pub mod admin;
 pub mod bench;
 pub mod broker_config;
+pub mod cert;
 pub mod connect;
 pub mod connections;
 pub mod dev;
@@ -133,6 +135,10 @@ pub enum Command {
     /// Work with a node's store directory offline.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Make a CA and sign the certificates `[tls]` needs (node identities
+    /// included), for clusters without a PKI of their own.
+    #[command(subcommand)]
+    Cert(crate::cli::cert::CertCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,6 +210,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 .build()?
                 .block_on(crate::namesrv::run(cfg))
         }
+        Command::Cert(cmd) => crate::cli::cert::run(cmd),
         Command::User(cmd) => runtime()?.block_on(crate::cli::acl::run_user(cmd)),
         Command::Acl(cmd) => runtime()?.block_on(crate::cli::acl::run_acl(cmd)),
         Command::Cluster(cmd) => runtime()?.block_on(crate::cli::admin::run_cluster(cmd)),

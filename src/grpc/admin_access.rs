@@ -183,24 +183,40 @@ impl<S> AdminGate<S> {
     pub fn new(inner: S, broker: Arc<Broker>) -> AdminGate<S> {
         AdminGate { inner, broker }
     }
+}
 
-    fn check(&self, req: &http::Request<Body>) -> Result<(), AuthError> {
-        let method = req.uri().path().rsplit('/').next().unwrap_or("");
-        let metadata = MetadataMap::from_headers(req.headers().clone());
+/// What the gate checks of a call, taken from it before the check awaits
+/// (a node that has not caught up waits for it, see [`Broker::checked`]).
+struct Gated {
+    need: Need,
+    metadata: MetadataMap,
+    peer: Option<PeerInfo>,
+}
+
+impl Gated {
+    fn of(req: &http::Request<Body>) -> Gated {
+        Gated {
+            need: need(req.uri().path().rsplit('/').next().unwrap_or("")),
+            metadata: MetadataMap::from_headers(req.headers().clone()),
+            peer: req.extensions().get::<PeerInfo>().cloned(),
+        }
+    }
+
+    async fn check(&self, broker: &Broker) -> Result<(), AuthError> {
         let call = CallInfo {
-            metadata: &metadata,
-            peer: req.extensions().get::<PeerInfo>(),
+            metadata: &self.metadata,
+            peer: self.peer.as_ref(),
         };
-        match need(method) {
-            Need::Authenticated => self.broker.authenticate(&call).map(drop),
-            Need::Admin => self.broker.require_admin(&call),
+        match &self.need {
+            Need::Authenticated => broker.checked(|| broker.authenticate(&call).map(drop)).await,
+            Need::Admin => broker.checked(|| broker.require_admin(&call)).await,
             Need::Cluster(actions) => {
-                let check = Check {
+                let check = [Check {
                     kind: ResourceType::Cluster,
-                    name: self.broker.cfg.cluster.clone(),
+                    name: broker.cfg.cluster.clone(),
                     actions,
-                };
-                self.broker.access(&call, &[check]).map(drop)
+                }];
+                broker.checked(|| broker.access(&call, &check).map(drop)).await
             }
         }
     }
@@ -226,13 +242,20 @@ where
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        if self.broker.acl_enabled()
-            && let Err(e) = self.check(&req)
-        {
-            let refusal = tonic::Status::from(e).into_http();
-            return Box::pin(async move { Ok(refusal) });
+        if !self.broker.acl_enabled() {
+            return Box::pin(self.inner.call(req));
         }
-        Box::pin(self.inner.call(req))
+        // The clone that was made ready goes with this call (tower's rule).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let broker = self.broker.clone();
+        let gated = Gated::of(&req);
+        Box::pin(async move {
+            match gated.check(&broker).await {
+                Ok(()) => inner.call(req).await,
+                Err(e) => Ok(tonic::Status::from(e).into_http()),
+            }
+        })
     }
 }
 

@@ -62,20 +62,22 @@ impl BrokerService {
 impl BrokerService {
     /// Refuses `request` unless its caller may do `checks` (the topic and
     /// group rows of [`admin_access`]'s table; the gate did the rest).
-    fn allow<R>(&self, request: &Request<R>, checks: &[Check]) -> Result<(), Status> {
+    async fn allow<R>(&self, request: &Request<R>, checks: &[Check]) -> Result<(), Status> {
         if !self.broker.acl_enabled() {
             return Ok(());
         }
-        self.broker.access(&CallInfo::of(request), checks)?;
+        let call = CallInfo::of(request);
+        self.broker.checked(|| self.broker.access(&call, checks)).await?;
         Ok(())
     }
 
     /// [`Self::allow`] with what the request names.
-    fn allow_named<R: Named>(&self, request: &Request<R>) -> Result<(), Status> {
+    async fn allow_named<R: Named>(&self, request: &Request<R>) -> Result<(), Status> {
         if !self.broker.acl_enabled() {
             return Ok(());
         }
         self.allow(request, &request.get_ref().checks(&self.broker.cfg.cluster))
+            .await
     }
 }
 
@@ -89,7 +91,7 @@ fn v1_client(channel: Channel) -> BrokerClient<Channel> {
 #[tonic::async_trait]
 impl broker_server::Broker for BrokerService {
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let _in_progress = self.broker.admit_send()?;
         let out = self
             .on_leader(
@@ -109,7 +111,7 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn read(&self, request: Request<pb::ReadRequest>) -> Result<Response<pb::ReadResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let r = request.into_inner();
         let batch = self
             .broker
@@ -123,7 +125,7 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn put_topic(&self, request: Request<pb::PutTopicRequest>) -> Result<Response<pb::PutTopicResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let out = self
             .on_leader(
                 request,
@@ -151,7 +153,7 @@ impl broker_server::Broker for BrokerService {
     }
 
     async fn get_topic(&self, request: Request<pb::GetTopicRequest>) -> Result<Response<pb::TopicData>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let out = self
             .on_leader(
                 request,
@@ -179,7 +181,8 @@ impl broker_server::Broker for BrokerService {
         self.allow(
             &request,
             &admin_access::group_checks(request.get_ref(), admin_access::GROUP_GET),
-        )?;
+        )
+        .await?;
         let out = self
             .on_leader(
                 request,
@@ -212,7 +215,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::DeleteTopicRequest>,
     ) -> Result<Response<pb::PutTopicResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let out = self
             .on_leader(
                 request,
@@ -230,7 +233,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::PutConsumerGroupRequest>,
     ) -> Result<Response<pb::PutConsumerGroupResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let out = self
             .on_leader(
                 request,
@@ -271,7 +274,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::GroupProgressRequest>,
     ) -> Result<Response<pb::GroupProgressResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let group = request.into_inner().group;
         if group.is_empty() {
             return Ok(Response::new(progress_of(&self.broker, None)));
@@ -287,7 +290,8 @@ impl broker_server::Broker for BrokerService {
         self.allow(
             &request,
             &admin_access::group_checks(request.get_ref(), admin_access::GROUP_DELETE),
-        )?;
+        )
+        .await?;
         let out = self
             .on_leader(
                 request,
@@ -305,7 +309,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::GetTopicRequest>,
     ) -> Result<Response<pb::TopicStatusResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let queues = self
             .broker
             .topic_status(&request.into_inner().name)?
@@ -324,7 +328,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::ResetOffsetRequest>,
     ) -> Result<Response<pb::GroupProgressResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let out = self
             .on_leader(
                 request,
@@ -349,7 +353,7 @@ impl broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::QueryMessagesRequest>,
     ) -> Result<Response<pb::QueryMessagesResponse>, Status> {
-        self.allow_named(&request)?;
+        self.allow_named(&request).await?;
         let r = request.into_inner();
         let max = if r.max == 0 { 32 } else { r.max.min(1024) as usize };
         let (wanted, by_id) = match r.by {

@@ -191,11 +191,14 @@ impl MessagingService {
         // A forwarded call was counted at the node the client called.
         let forwarded = crate::grpc::is_forwarded(r.metadata());
         let allowed = match self.broker.acl_enabled() {
-            true => self
-                .broker
-                .access(&CallInfo::of(&r), &r.get_ref().checks())
-                .map(drop)
-                .map_err(BrokerError::from),
+            true => {
+                let (call, checks) = (CallInfo::of(&r), r.get_ref().checks());
+                self.broker
+                    .checked(|| self.broker.access(&call, &checks))
+                    .await
+                    .map(drop)
+                    .map_err(BrokerError::from)
+            }
             false => Ok(()),
         };
         let out = match allowed.and_then(|()| self.admit(&r)) {

@@ -56,9 +56,11 @@ pub(super) async fn telemetry(
     crate::broker::clients::validate_id(&id).map_err(|e| Status::invalid_argument(e.to_string()))?;
     // Who may hold a stream: any authenticated caller. The topics and
     // group its settings name are checked as each settings command comes.
+    let call = crate::broker::auth::CallInfo::of(&request);
     let caller = svc
         .broker
-        .authenticate(&crate::broker::auth::CallInfo::of(&request))
+        .checked(|| svc.broker.authenticate(&call))
+        .await
         .map_err(Status::from)?;
     let mut inbound = request.into_inner();
     let (tx, rx) = mpsc::channel(16);
@@ -126,8 +128,10 @@ pub(super) async fn telemetry(
                 None => (header_language.clone(), header_version.clone()),
             };
             let clients = &broker.clients;
+            let checks = s.checks();
             let known = broker
-                .authorize(&caller, &s.checks(), peer)
+                .checked(|| broker.authorize(&caller, &checks, peer))
+                .await
                 .map_err(BrokerError::from)
                 .and_then(|()| clients.seen(&id, peer, client_type, group, &language, &version))
                 .and_then(|()| match published {
