@@ -16,11 +16,16 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::history::Resolution;
+use crate::secure::{Credentials, Security};
 
 pub mod v2 {
     //! Generated from `proto/apache/rocketmq/v2/`.
@@ -41,6 +46,8 @@ mod code {
     pub const ILLEGAL_OFFSET: i32 = 40019;
     /// A pull at the end of the queue: nothing new.
     pub const MESSAGE_NOT_FOUND: i32 = 40401;
+    /// No valid credentials, or no policy allows the call (ACL).
+    pub const UNAUTHORIZED: i32 = 40100;
     /// No leader: raftmq refused before proposing.
     pub const HA_NOT_AVAILABLE: i32 = 50002;
 }
@@ -57,7 +64,26 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct Client {
-    rpc: MessagingServiceClient<Channel>,
+    rpc: MessagingServiceClient<InterceptedService<Channel, Signer>>,
+}
+
+/// Signs every call as the workload's user (`--secure`), or passes it on.
+#[derive(Clone)]
+pub struct Signer(Option<Arc<Credentials>>);
+
+impl Interceptor for Signer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(c) = &self.0 {
+            let (authorization, date_time) = c.sign();
+            let md = req.metadata_mut();
+            // Both are visible ASCII (hex, digits and the access key).
+            if let (Ok(a), Ok(d)) = (authorization.parse(), date_time.parse()) {
+                md.insert("authorization", a);
+                md.insert("x-mq-date-time", d);
+            }
+        }
+        Ok(req)
+    }
 }
 
 fn resource(name: &str) -> Option<v2::Resource> {
@@ -119,6 +145,16 @@ fn with_client_id<T>(req: &mut tonic::Request<T>, client_id: &str) -> Result<(),
     Ok(())
 }
 
+/// Whether a failure's error (as the calls here format it) is a refusal
+/// for want of credentials or a policy: the v2 `UNAUTHORIZED` code, or
+/// gRPC's `UNAUTHENTICATED` or `PERMISSION_DENIED`.
+pub fn is_access_refusal(error: &str) -> bool {
+    let code = error.split(':').next().unwrap_or("");
+    code == code::UNAUTHORIZED.to_string()
+        || code == tonic::Code::Unauthenticated.to_string()
+        || code == tonic::Code::PermissionDenied.to_string()
+}
+
 /// Sorts a transport error: one before the request left is a definite
 /// failure; one after may hide an applied request.
 fn transport<T>(status: tonic::Status) -> Outcome<T> {
@@ -146,14 +182,23 @@ fn refused<T>(status: Option<&v2::Status>) -> Outcome<T> {
 }
 
 impl Client {
-    /// A lazily connecting client of the node at `addr` (host:port).
-    pub fn new(addr: &str) -> anyhow::Result<Client> {
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
+    /// A lazily connecting client of the node at `addr` (host:port); with
+    /// `security`, over TLS and signed as the workload's user.
+    pub fn new(addr: &str, security: Option<&Security>) -> anyhow::Result<Client> {
+        let scheme = if security.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?
             .connect_timeout(Duration::from_secs(1))
-            .timeout(CALL_TIMEOUT)
-            .connect_lazy();
+            .timeout(CALL_TIMEOUT);
+        if let Some(sec) = security {
+            endpoint = endpoint.tls_config(
+                ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(&sec.ca_pem))
+                    .assume_http2(true),
+            )?;
+        }
+        let signer = Signer(security.map(|s| Arc::new(s.user.clone())));
         Ok(Client {
-            rpc: MessagingServiceClient::new(channel),
+            rpc: MessagingServiceClient::with_interceptor(endpoint.connect_lazy(), signer),
         })
     }
 

@@ -7,6 +7,7 @@
 //! <run>/n<i>/config.toml  n<i>/data/  n<i>/broker.log (every start appends)
 //! <run>/n<i>/clock-offset (the node's clock skew in ms, see the clock nemesis)
 //! <run>/n<i>/backing/ (with the power nemesis: what n<i>/data serves, via LazyFs)
+//! <run>/namesrv.toml, <run>/certs/ (with --secure: see `secure`)
 //! ```
 //!
 //! Ports are the same on every host (each has its own address): clients
@@ -17,6 +18,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -25,6 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::corrupt::Damage;
 use crate::lazyfs::{LazyFs, LossReport};
 use crate::netns::{Host, Network};
+use crate::secure::Security;
 
 pub const CLIENT_PORT: u16 = 8081;
 pub const RAFT_PORT: u16 = 9091;
@@ -44,6 +47,36 @@ pub struct BrokerSettings {
     /// Serve each node's data directory through a `LazyFs` (for the power
     /// nemesis), backed by `n<i>/backing`.
     pub lazyfs: bool,
+    /// TLS on every port and ACL on (`--secure`).
+    pub secure: bool,
+}
+
+/// The group's name, in every node's config and certificate.
+pub const GROUP: &str = "jepsen";
+
+/// A node's metrics port, and how to speak to it.
+#[derive(Clone)]
+pub struct MetricsAddr {
+    pub addr: String,
+    /// HTTPS with the run's CA (`--secure`), else plain HTTP.
+    security: Option<Arc<Security>>,
+}
+
+/// How the harness runs the `raftmq` command: the binary, and with
+/// `--secure` the CA and the Super user's keys in its environment.
+#[derive(Clone)]
+pub struct Cli {
+    pub bin: PathBuf,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Cli {
+    /// `raftmq <args>`, not yet started.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args).envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
 }
 
 pub struct Node {
@@ -62,14 +95,18 @@ pub struct Node {
     /// The current incarnation began after a power loss or damage: its
     /// commit index may start lower (the checker reports that apart).
     pub after_power_loss: bool,
+    security: Option<Arc<Security>>,
 }
 
 impl Node {
     pub fn client_addr(&self) -> String {
         format!("{}:{CLIENT_PORT}", self.host.ip)
     }
-    pub fn metrics_addr(&self) -> String {
-        format!("{}:{METRICS_PORT}", self.host.ip)
+    pub fn metrics_addr(&self) -> MetricsAddr {
+        MetricsAddr {
+            addr: format!("{}:{METRICS_PORT}", self.host.ip),
+            security: self.security.clone(),
+        }
     }
     pub fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
@@ -87,6 +124,8 @@ pub struct Cluster {
     pub net: Network,
     namesrv: Option<Child>,
     pub nodes: Vec<Node>,
+    /// With `--secure`: the CA, certificates and users.
+    pub security: Option<Arc<Security>>,
     /// Dropped last, after the nodes' LazyFs mounts beneath it.
     _shared: Option<SharedMount>,
 }
@@ -147,10 +186,28 @@ impl Cluster {
     /// Writes the configs and starts the NameServer and every node.
     pub fn start(bin: &Path, net: Network, run_dir: &Path, settings: &BrokerSettings) -> anyhow::Result<Cluster> {
         let ns_addr = format!("{}:{NAMESRV_PORT}", net.namesrv.ip);
+        let security = if settings.secure {
+            let ip = |h: &Host| h.ip.parse().with_context(|| format!("host address {}", h.ip));
+            let mut processes = vec![("namesrv".to_string(), ip(&net.namesrv)?, None)];
+            for (i, h) in net.nodes.iter().enumerate() {
+                processes.push((h.name.clone(), ip(h)?, Some(i as u64 + 1)));
+            }
+            Some(Arc::new(Security::make(bin, run_dir, GROUP, &processes)?))
+        } else {
+            None
+        };
+        let namesrv_config = run_dir.join("namesrv.toml");
+        std::fs::write(
+            &namesrv_config,
+            format!(
+                "# Written by raftmq-jepsen.\nlisten = \"{ns_addr}\"\n{}",
+                security.as_ref().map_or(String::new(), |s| s.tls_table("namesrv"))
+            ),
+        )?;
         let namesrv = spawn_in(
             &net.namesrv.ns,
             bin,
-            &["namesrv", "--listen", &ns_addr],
+            &["namesrv", "--config", &namesrv_config.display().to_string()],
             &run_dir.join("namesrv.log"),
         )?;
         let mut peers = String::new();
@@ -177,10 +234,10 @@ impl Cluster {
             } else {
                 None
             };
-            let config = format!(
+            let mut config = format!(
                 "# Written by raftmq-jepsen.\n\
                  cluster = \"JepsenCluster\"\n\
-                 group = \"jepsen\"\n\
+                 group = \"{GROUP}\"\n\
                  node_id = {id}\n\
                  data_dir = \"{data}\"\n\
                  client_listen = \"{ip}:{CLIENT_PORT}\"\n\
@@ -216,6 +273,10 @@ impl Cluster {
                 clock = dir.join(CLOCK_OFFSET_FILE).display(),
                 flush = settings.flush,
             );
+            if let Some(sec) = &security {
+                config.push_str(&sec.tls_table(&h.name));
+                config.push_str(&sec.acl_table());
+            }
             std::fs::write(dir.join("config.toml"), config)?;
             nodes.push(Node {
                 id,
@@ -227,6 +288,7 @@ impl Cluster {
                 fs,
                 power_lost: false,
                 after_power_loss: false,
+                security: security.clone(),
             });
         }
         let mut c = Cluster {
@@ -234,6 +296,7 @@ impl Cluster {
             net,
             namesrv: Some(namesrv),
             nodes,
+            security,
             _shared: shared,
         };
         for id in 1..=c.nodes.len() as u64 {
@@ -321,11 +384,6 @@ impl Cluster {
         Ok(())
     }
 
-    /// The `raftmq` binary the nodes run.
-    pub fn bin(&self) -> &Path {
-        &self.bin
-    }
-
     /// Starts a node that is down (a no-op on a running one).
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         if self.nodes[id as usize - 1].running() {
@@ -398,10 +456,29 @@ impl Cluster {
         }
     }
 
+    /// How to run `raftmq` commands against this cluster.
+    pub fn cli(&self) -> Cli {
+        Cli {
+            bin: self.bin.clone(),
+            env: self.security.as_ref().map_or_else(Vec::new, |s| s.cli_env()),
+        }
+    }
+
     /// Runs a `raftmq` command from the harness's namespace.
     pub fn raftmq(&self, args: &[&str]) -> anyhow::Result<String> {
-        let bin = self.bin.to_str().context("the raftmq binary's path is not UTF-8")?;
-        crate::netns::run(&[&[bin], args].concat())
+        let out = self
+            .cli()
+            .command(args)
+            .output()
+            .with_context(|| format!("running {}", self.bin.display()))?;
+        if !out.status.success() {
+            bail!(
+                "`raftmq {}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 
@@ -420,6 +497,17 @@ impl Drop for Cluster {
     }
 }
 
+/// `GET /metrics` over `s`, the answer read to its end.
+async fn get_metrics<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S) -> Option<Vec<u8>> {
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: raftmq\r\n\r\n")
+        .await
+        .ok()?;
+    let mut buf = Vec::new();
+    // A metrics page is a few kB; 4 MiB bounds a misbehaving peer.
+    s.take(4 << 20).read_to_end(&mut buf).await.ok()?;
+    Some(buf)
+}
+
 /// What one scrape of a node's `/metrics` tells.
 #[derive(Debug, Clone, Default)]
 pub struct NodeMetrics {
@@ -433,17 +521,18 @@ pub struct NodeMetrics {
     pub transactions_pending: u64,
 }
 
-/// Scrapes `http://addr/metrics` with a plain HTTP/1.0 request (bounded by
-/// `timeout`); `None` when the node does not answer.
-pub async fn scrape(addr: &str, timeout: Duration) -> Option<NodeMetrics> {
+/// Scrapes a node's `/metrics` with an HTTP/1.0 request (over TLS with
+/// `--secure`), bounded by `timeout`; `None` when the node does not answer.
+pub async fn scrape(at: &MetricsAddr, timeout: Duration) -> Option<NodeMetrics> {
     let body = tokio::time::timeout(timeout, async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: raftmq\r\n\r\n")
-            .await
-            .ok()?;
-        let mut buf = Vec::new();
-        // A metrics page is a few kB; 4 MiB bounds a misbehaving peer.
-        s.take(4 << 20).read_to_end(&mut buf).await.ok()?;
+        let tcp = tokio::net::TcpStream::connect(&at.addr).await.ok()?;
+        let buf = match &at.security {
+            None => get_metrics(tcp).await?,
+            Some(sec) => {
+                let ip = tcp.peer_addr().ok()?.ip();
+                get_metrics(sec.metrics_tls(ip, tcp).await.ok()?).await?
+            }
+        };
         Some(String::from_utf8_lossy(&buf).into_owned())
     })
     .await

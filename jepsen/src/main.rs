@@ -21,10 +21,11 @@
 //! - `recorder`: appends operations to the history as they happen.
 //! - `history`: operations as invocations and completions; history.jsonl.
 //! - `observations`: replica logs and commit-index samples for the checker.
-//! - `checker`: the eight checks over a history.
+//! - `checker`: the nine checks over a history.
 //! - `edn`: history.edn in the shapes of Jepsen's Kafka workload.
 //! - `report`: timeline.html and fault periods.
 //! - `plots`: latency.png and rate.png.
+//! - `secure`: `--secure`: the run's CA, certificates and users, and signing.
 
 mod campaign;
 mod checker;
@@ -43,6 +44,7 @@ mod producer;
 mod recorder;
 mod report;
 mod run;
+mod secure;
 mod workload;
 
 use std::path::PathBuf;
@@ -120,6 +122,11 @@ struct TestArgs {
     /// bug) and pass only if the checker catches it.
     #[arg(long)]
     self_test: bool,
+    /// TLS on every port (a CA and certificates made with `raftmq cert`)
+    /// and ACL on: the harness administers as a Super user, the workload
+    /// runs as a Normal user allowed Pub and Sub on every topic and group.
+    #[arg(long)]
+    secure: bool,
 }
 
 fn main() {
@@ -168,6 +175,7 @@ fn test(a: TestArgs, campaign: Option<u64>) -> anyhow::Result<bool> {
         raftmq: a.raftmq,
         store: a.store,
         self_test: a.self_test,
+        secure: a.secure,
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

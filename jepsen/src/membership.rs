@@ -10,7 +10,6 @@
 //! After the run, [`read_members`] asks every node which members its
 //! replicated configuration names, for the checker's `membership` check.
 
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -18,11 +17,10 @@ use anyhow::{Context, bail};
 use rand::Rng;
 use rand::rngs::StdRng;
 
-use crate::cluster::{CLIENT_PORT, Cluster, RAFT_PORT};
+use crate::cluster::{CLIENT_PORT, Cli, Cluster, GROUP, RAFT_PORT};
 use crate::observations::MemberView;
 
 /// The broker group the harness runs.
-const GROUP: &str = "jepsen";
 /// One `raftmq cluster` command: `add-node` waits for the new learner to
 /// catch up, so it gets longer than a client call.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,13 +44,13 @@ fn lock(c: &Mutex<Cluster>) -> std::sync::MutexGuard<'_, Cluster> {
 
 /// Runs `raftmq <args>` from the harness's namespace, killed after
 /// [`COMMAND_TIMEOUT`]; the error carries what it printed.
-pub async fn raftmq(bin: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let mut cmd = tokio::process::Command::new(bin);
-    cmd.args(args).kill_on_drop(true);
+pub async fn raftmq(cli: &Cli, args: &[&str]) -> anyhow::Result<String> {
+    let mut cmd = tokio::process::Command::from(cli.command(args));
+    cmd.kill_on_drop(true);
     let out = tokio::time::timeout(COMMAND_TIMEOUT, cmd.output())
         .await
         .with_context(|| format!("`raftmq {}` did not finish in {COMMAND_TIMEOUT:?}", args.join(" ")))?
-        .with_context(|| format!("running {}", bin.display()))?;
+        .with_context(|| format!("running {}", cli.bin.display()))?;
     if !out.status.success() {
         bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
     }
@@ -60,14 +58,14 @@ pub async fn raftmq(bin: &Path, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// `raftmq cluster <verb> --namesrv <ns> --broker jepsen <args>`.
-async fn cluster_command(bin: &Path, ns: &str, verb: &str, args: &[&str]) -> anyhow::Result<String> {
+async fn cluster_command(cli: &Cli, ns: &str, verb: &str, args: &[&str]) -> anyhow::Result<String> {
     let all = [&["cluster", verb, "--namesrv", ns, "--broker", GROUP][..], args].concat();
-    raftmq(bin, &all).await
+    raftmq(cli, &all).await
 }
 
-fn bin_and_namesrv(cluster: &Mutex<Cluster>) -> (PathBuf, String) {
+fn cli_and_namesrv(cluster: &Mutex<Cluster>) -> (Cli, String) {
     let c = lock(cluster);
-    (c.bin().to_path_buf(), c.namesrv_addr())
+    (c.cli(), c.namesrv_addr())
 }
 
 /// Starts one move; returns what to undo and the history's description.
@@ -77,7 +75,7 @@ pub async fn start(
     leader: Option<u64>,
     n: u64,
 ) -> anyhow::Result<(Undo, String)> {
-    let (bin, ns) = bin_and_namesrv(cluster);
+    let (cli, ns) = cli_and_namesrv(cluster);
     let move_kind = rng.random_range(0..3);
     if move_kind == 0 {
         let Some(from) = leader else {
@@ -89,7 +87,7 @@ pub async fn start(
                 break to;
             }
         };
-        let out = cluster_command(&bin, &ns, "transfer-leader", &["--to", &to.to_string()]).await;
+        let out = cluster_command(&cli, &ns, "transfer-leader", &["--to", &to.to_string()]).await;
         let what = match out {
             Ok(_) => "done".to_string(),
             Err(e) => format!("failed: {e:#}"),
@@ -103,7 +101,7 @@ pub async fn start(
         Some(l) if rng.random_bool(0.5) => (l, "leader"),
         _ => (rng.random_range(1..=n), "random node"),
     };
-    let removed = cluster_command(&bin, &ns, "remove-node", &["--node-id", &id.to_string()]).await;
+    let removed = cluster_command(&cli, &ns, "remove-node", &["--node-id", &id.to_string()]).await;
     // Killed whatever the answer: a removal that failed half-way (after
     // the voter went, before the learner did) is still undone by add-node.
     // The disk is emptied only once the removal is certain: a voter that
@@ -130,7 +128,7 @@ pub async fn stop(cluster: &Mutex<Cluster>, undo: &Undo) -> anyhow::Result<Strin
         return Ok(String::new());
     };
     lock(cluster).restart(id)?;
-    let (bin, ns) = bin_and_namesrv(cluster);
+    let (cli, ns) = cli_and_namesrv(cluster);
     let ip = lock(cluster).nodes[id as usize - 1].host.ip.clone();
     let (raft_addr, client_addr) = (format!("{ip}:{RAFT_PORT}"), format!("{ip}:{CLIENT_PORT}"));
     let deadline = Instant::now() + READD_WITHIN;
@@ -138,7 +136,7 @@ pub async fn stop(cluster: &Mutex<Cluster>, undo: &Undo) -> anyhow::Result<Strin
     loop {
         tries += 1;
         let out = cluster_command(
-            &bin,
+            &cli,
             &ns,
             "add-node",
             &[
@@ -170,11 +168,11 @@ pub async fn stop(cluster: &Mutex<Cluster>, undo: &Undo) -> anyhow::Result<Strin
 
 /// Every node's view of the members, from `raftmq node status`.
 pub async fn read_members(cluster: &Mutex<Cluster>) -> Vec<MemberView> {
-    let (bin, _) = bin_and_namesrv(cluster);
+    let (cli, _) = cli_and_namesrv(cluster);
     let nodes: Vec<(u64, String)> = lock(cluster).nodes.iter().map(|n| (n.id, n.client_addr())).collect();
     let mut out = Vec::new();
     for (node, addr) in nodes {
-        let view = match raftmq(&bin, &["node", "status", "--endpoint", &addr]).await {
+        let view = match raftmq(&cli, &["node", "status", "--endpoint", &addr]).await {
             Ok(text) => {
                 let (voters, learners) = parse_members(&text);
                 MemberView {

@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::cluster::{Cluster, scrape};
+use crate::cluster::{Cluster, MetricsAddr, scrape};
 use crate::history::{Call, NEMESIS, NemesisAction, OpType};
 use crate::membership::{self, Undo};
 use crate::recorder::Recorder;
@@ -112,7 +112,7 @@ fn lock(c: &Mutex<Cluster>) -> std::sync::MutexGuard<'_, Cluster> {
 /// The node that leads (highest term among those saying so), if any
 /// running node says so.
 pub async fn leader(cluster: &Mutex<Cluster>) -> Option<u64> {
-    let addrs: Vec<(u64, String)> = lock(cluster)
+    let addrs: Vec<(u64, MetricsAddr)> = lock(cluster)
         .nodes
         .iter()
         .filter(|n| n.running() && !n.paused)

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::checker::Inputs;
 use crate::client::Client;
-use crate::cluster::{BrokerSettings, Cluster, scrape};
+use crate::cluster::{BrokerSettings, Cluster, MetricsAddr, scrape};
 use crate::history::{self, Call, Op, OpType, Process, SETTLE_PROCESS};
 use crate::nemesis::{self, Fault, Nemesis};
 use crate::observations::{CommitSample, LogRecord, MemberView, ReplicaLog};
@@ -43,6 +43,7 @@ pub struct TestOpts {
     pub raftmq: Option<PathBuf>,
     pub store: PathBuf,
     pub self_test: bool,
+    pub secure: bool,
 }
 
 /// The `raftmq` binary: the one given, or a release build of this
@@ -122,6 +123,7 @@ pub async fn run(opts: TestOpts) -> anyhow::Result<bool> {
         flush: opts.flush.clone(),
         ack_before_commit: opts.self_test,
         lazyfs: opts.faults.contains(&Fault::Power),
+        secure: opts.secure,
     };
     let cluster = Arc::new(Mutex::new(Cluster::start(&bin, net, &run_dir, &settings)?));
     // Ctrl-C or SIGTERM (from `timeout`, say) still stops the processes and
@@ -156,11 +158,12 @@ async fn test(
     opts: &TestOpts,
     cluster: &Arc<Mutex<Cluster>>,
 ) -> anyhow::Result<(Vec<Op>, Vec<CommitSample>, Vec<MemberView>)> {
-    let (namesrv, client_addrs) = {
+    let (namesrv, client_addrs, security) = {
         let c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (
             c.namesrv_addr(),
             c.nodes.iter().map(|n| n.client_addr()).collect::<Vec<_>>(),
+            c.security.clone(),
         )
     };
     wait_for_leader(cluster, Duration::from_secs(60)).await?;
@@ -179,12 +182,15 @@ async fn test(
         opts.faults.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
     );
 
-    let recorder = Recorder::new();
-    let until = Instant::now() + opts.time_limit;
     let clients: Vec<Client> = client_addrs
         .iter()
-        .map(|a| Client::new(a))
+        .map(|a| Client::new(a, security.as_deref()))
         .collect::<anyhow::Result<_>>()?;
+    if security.is_some() {
+        grant_workload_user(cluster, &namesrv, &clients, &keys[0]).await?;
+    }
+    let recorder = Recorder::new();
+    let until = Instant::now() + opts.time_limit;
     let producers = producer::spawn(&clients, &held_keys, &recorder);
     let workload = Arc::new(Workload {
         clients,
@@ -260,6 +266,87 @@ async fn create_topic(cluster: &Mutex<Cluster>, namesrv: &str, topic: &str, mess
     }
 }
 
+/// `--secure`: makes the workload's Normal user, allowed `Pub` and `Sub`
+/// on every topic and group (through the leader, as the Super user), and
+/// waits until every node lets it read `key`'s committed offset.
+async fn grant_workload_user(
+    cluster: &Mutex<Cluster>,
+    namesrv: &str,
+    clients: &[Client],
+    key: &str,
+) -> anyhow::Result<()> {
+    let user = cluster
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .security
+        .as_ref()
+        .map(|s| s.user.clone())
+        .context("a secure run has its users")?;
+    let subject = format!("User:{}", user.access_key);
+    let steps: [(&[&str], &str); 2] = [
+        (
+            &[
+                "user",
+                "create",
+                "--namesrv",
+                namesrv,
+                "-u",
+                &user.access_key,
+                "-p",
+                &user.secret_key,
+            ],
+            "exists",
+        ),
+        (
+            &[
+                "acl",
+                "create",
+                "--namesrv",
+                namesrv,
+                "-s",
+                &subject,
+                "-r",
+                "Topic:*,Group:*",
+                "-a",
+                "Pub,Sub",
+                "-d",
+                "Allow",
+            ],
+            // Creating a policy again replaces it.
+            "",
+        ),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (args, done_before) in steps {
+        loop {
+            let out = cluster
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .raftmq(args);
+            match out {
+                Ok(_) => break,
+                // An earlier attempt did it, though its answer was lost.
+                Err(e) if !done_before.is_empty() && e.to_string().contains(done_before) => break,
+                Err(e) if Instant::now() > deadline => return Err(e.context("making the workload's user")),
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+    for (i, c) in clients.iter().enumerate() {
+        loop {
+            match c.committed("jepsen-g0", key).await {
+                crate::client::Outcome::Ok(_) => break,
+                out if Instant::now() > deadline => {
+                    bail!("node {} does not let the workload's user in: {out:?}", i + 1)
+                }
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+    eprintln!("TLS on every port; the workload runs as ACL user {}", user.access_key);
+    Ok(())
+}
+
 async fn wait_for_leader(cluster: &Mutex<Cluster>, within: Duration) -> anyhow::Result<u64> {
     let deadline = Instant::now() + within;
     loop {
@@ -274,7 +361,7 @@ async fn wait_for_leader(cluster: &Mutex<Cluster>, within: Duration) -> anyhow::
 }
 
 /// Every node's `/metrics` address.
-fn metrics_addrs(cluster: &Mutex<Cluster>) -> Vec<String> {
+fn metrics_addrs(cluster: &Mutex<Cluster>) -> Vec<MetricsAddr> {
     cluster
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -361,7 +448,7 @@ async fn settle(cluster: &Mutex<Cluster>, recorder: &Recorder, within: Duration)
 /// Samples every running node's commit index four times a second.
 async fn sample_commits(cluster: Arc<Mutex<Cluster>>, recorder: Recorder, out: Arc<Mutex<Vec<CommitSample>>>) {
     loop {
-        let nodes: Vec<(u64, u32, bool, String)> = cluster
+        let nodes: Vec<(u64, u32, bool, MetricsAddr)> = cluster
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .nodes

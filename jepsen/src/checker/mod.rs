@@ -1,4 +1,4 @@
-//! The checker: eight checks over a history, in the manner of Jepsen's queue
+//! The checker: nine checks over a history, in the manner of Jepsen's queue
 //! and Kafka checkers, plus the replica logs and commit-index samples the
 //! harness collected (see `observations`).
 //!
@@ -85,6 +85,10 @@
 //! 8. `availability`: reported, not judged (always passed). Counts, rates,
 //!    latencies and the longest stretches without an ok send, overall and
 //!    around each fault, in [`Stats`].
+//! 9. `access`: no call was refused for want of credentials or a policy
+//!    (`unauthorized`). With `--secure` the workload's user and policy are
+//!    the group's replicated state and must hold on every node through
+//!    every fault; without it, nothing is refused so.
 //!
 //! Anomalies are capped at [`MAX_ANOMALIES_PER_KIND`] per kind in
 //! `anomalies`; `counts` always counts every one found. An anomaly's `ops`
@@ -106,6 +110,7 @@
 //! - [`membership`](mod@membership): 7, `membership`.
 //! - [`availability`](mod@availability): 8, `availability`, with its
 //!   latency percentiles and gap windows.
+//! - [`access`](mod@access): 9, `access`.
 //! - [`report`](mod@report): the inputs and results, [`summary`].
 //! - `facts`: what the checks share: the limits, the history indexed once
 //!   (`Facts`), every node's drains (`Drains`, for checks 2 and 6) and
@@ -114,6 +119,7 @@
 //! - `test_support` (tests only): the history builders and assertions the
 //!   checks' tests share.
 
+mod access;
 mod availability;
 mod duplicates;
 mod facts;
@@ -129,6 +135,7 @@ mod test_support;
 mod tests;
 mod unique_offsets;
 
+use access::access;
 use availability::availability;
 use duplicates::duplicates;
 use facts::{Drains, Facts};
@@ -156,6 +163,7 @@ pub fn check(inputs: &Inputs) -> Results {
         held,
         membership(inputs.members),
         availability,
+        access(inputs.ops),
     ];
     let valid = checks.iter().all(|c| !c.judged || c.passed);
     Results { valid, checks, stats }

@@ -40,7 +40,8 @@ fn a_clean_history_passes_every_check() {
             "replicas",
             "held-messages",
             "membership",
-            "availability"
+            "availability",
+            "access"
         ]
     );
     assert!(r.valid, "{}", summary(&r));
@@ -50,9 +51,9 @@ fn a_clean_history_passes_every_check() {
             .all(|c| c.passed && c.anomalies.is_empty() && c.counts.is_empty())
     );
     assert!(!result(&r, "availability").judged);
-    assert_eq!((r.passed(), r.failed()), (6, 0));
+    assert_eq!((r.passed(), r.failed()), (7, 0));
     let s = summary(&r);
-    assert!(s.ends_with("\n6 passed, 0 failed"), "{s}");
+    assert!(s.ends_with("\n7 passed, 0 failed"), "{s}");
     assert!(s.contains("PASS unique-offsets"), "{s}");
     assert!(s.contains("INFO availability"), "{s}");
     assert!(!result(&r, "replicas").description.contains("no replica logs"));
@@ -62,7 +63,7 @@ fn a_clean_history_passes_every_check() {
 fn an_empty_history_passes_with_notes() {
     let r = H::default().check();
     assert!(r.valid, "{}", summary(&r));
-    assert_eq!((r.passed(), r.failed()), (6, 0));
+    assert_eq!((r.passed(), r.failed()), (7, 0));
     let d = &result(&r, "replicas").description;
     assert!(d.contains("no replica logs were collected"), "{d}");
     assert!(d.contains("no commit-index samples were collected"), "{d}");
@@ -159,7 +160,7 @@ fn anomalies_are_capped_per_kind_but_all_counted() {
     let s = summary(&r);
     assert!(s.contains(&format!("lost-write: {}", 3 * n)), "{s}");
     assert!(s.contains(&format!("... {} more", 3 * n - 3)), "{s}");
-    assert!(s.ends_with("\n5 passed, 1 failed"), "{s}");
+    assert!(s.ends_with("\n6 passed, 1 failed"), "{s}");
 }
 
 #[test]
@@ -246,5 +247,5 @@ fn results_round_trip_through_json() {
     );
     assert_eq!(back.stats.sends_ok, r.stats.sends_ok);
     assert!((back.stats.send_rate_per_s - r.stats.send_rate_per_s).abs() < 1e-9);
-    assert_eq!((back.passed(), back.failed()), (5, 1));
+    assert_eq!((back.passed(), back.failed()), (6, 1));
 }
