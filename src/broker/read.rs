@@ -14,7 +14,6 @@ use crate::error::BrokerError;
 pub struct StoredMessage {
     pub message: Message,
     pub store_timestamp_ms: u64,
-    /// 0 where the lookup does not know it (queries by id or key).
     pub queue_offset: u64,
 }
 
@@ -122,12 +121,18 @@ impl Broker {
         by_id: bool,
         max: usize,
     ) -> Result<Vec<StoredMessage>, BrokerError> {
-        if self.node.sm.topic(topic).is_none() {
+        let Some(config) = self.node.sm.topic(topic) else {
             return Err(BrokerError::TopicNotFound(topic.to_string()));
-        }
+        };
         let store = &self.node.store;
+        // The key index holds a hash of `topic#key`: a candidate is this
+        // topic's only if one of its queues holds it (never another topic's
+        // message whose key hashes alike, by chance or by a name chosen to
+        // collide), and that queue gives its offset.
+        let queues: Vec<_> = (0..config.read_queues.max(config.write_queues))
+            .filter_map(|q| store.queue(topic, q))
+            .collect();
         let key = format!("{topic}#{wanted}");
-        // Hash collisions and other topics' messages are filtered below.
         let candidates = store
             .query_key(key.as_bytes(), 0, u64::MAX, max.saturating_mul(4).max(64))
             .map_err(|e| BrokerError::Internal(e.to_string()))?;
@@ -150,14 +155,19 @@ impl Broker {
             } else {
                 v.keys().any(|k| k == wanted)
             };
-            if hit {
-                if !budget.take(bytes.len()) {
-                    break;
-                }
-                out.push(StoredMessage::of(&v, 0));
-                if out.len() >= max {
-                    break;
-                }
+            if !hit {
+                continue;
+            }
+            // Checked last: a few binary searches per hit.
+            let Some(queue_offset) = queues.iter().find_map(|cq| cq.offset_of_phys(phys).ok().flatten()) else {
+                continue;
+            };
+            if !budget.take(bytes.len()) {
+                break;
+            }
+            out.push(StoredMessage::of(&v, queue_offset));
+            if out.len() >= max {
+                break;
             }
         }
         Ok(out)

@@ -655,6 +655,15 @@ impl ConsumeQueue {
         partition_point(min, max, |q| Ok(ts_of(&self.get(q)?)? >= ts_ms))
     }
 
+    /// The queue offset of the unit at physical offset `phys`, if this
+    /// queue holds one (a binary search: units' `phys` increase along the
+    /// queue).
+    pub fn offset_of_phys(&self, phys: u64) -> Result<Option<u64>> {
+        let max = self.max_offset();
+        let q = partition_point(self.min_offset(), max, |q| Ok(self.get(q)?.phys >= phys))?;
+        Ok((q < max && self.get(q)?.phys == phys).then_some(q))
+    }
+
     /// Msyncs every unit appended since the last flush.
     pub fn flush(&self) -> Result<()> {
         let mut flushed = self.lock_flushed();

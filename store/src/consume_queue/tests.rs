@@ -256,6 +256,24 @@ fn find_by_timestamp_binary_search() {
     assert!(matches!(cq.find_by_timestamp(0, failing), Err(StoreError::Closed)));
 }
 
+#[test]
+fn offset_of_phys_finds_only_units_this_queue_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cq = ConsumeQueue::open(tmp.path(), 25, OPTS, false).unwrap();
+    assert_eq!(cq.offset_of_phys(0).unwrap(), None);
+    fill(&cq, 0..60);
+    for i in [0, 1, 24, 25, 59] {
+        assert_eq!(cq.offset_of_phys(i * 100).unwrap(), Some(i), "unit {i}");
+    }
+    // Between units, past the last one: another queue's message.
+    for phys in [50, 2_401, 6_000, u64::MAX] {
+        assert_eq!(cq.offset_of_phys(phys).unwrap(), None, "phys {phys}");
+    }
+    cq.purge_below_phys(3_000).unwrap();
+    assert_eq!(cq.offset_of_phys(100).unwrap(), None, "purged");
+    assert_eq!(cq.offset_of_phys(3_000).unwrap(), Some(30));
+}
+
 /// Overwrites unit `idx` of `path` with `bytes` through std::fs.
 fn poke(path: &Path, idx: u64, bytes: &[u8; 20]) {
     let mut f = fs::OpenOptions::new().write(true).open(path).unwrap();
