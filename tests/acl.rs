@@ -299,40 +299,79 @@ async fn admin_calls_are_checked_on_the_topic_or_group_they_name() {
         "adding a node",
     );
     // A producer's Telemetry settings name the topics whose transaction
-    // check-backs it would receive: it needs Pub on each.
-    for (who, want) in [(&ops, Code::Unauthorized), (&creds("root", "root-secret"), Code::Ok)] {
-        let settings = v2::TelemetryCommand {
-            status: None,
-            command: Some(v2::telemetry_command::Command::Settings(v2::Settings {
-                client_type: Some(v2::ClientType::Producer as i32),
-                pub_sub: Some(v2::settings::PubSub::Publishing(v2::Publishing {
-                    topics: vec![v2::Resource {
-                        resource_namespace: String::new(),
-                        name: "own-1".into(),
-                    }],
-                    ..Default::default()
-                })),
-                ..Default::default()
-            })),
-        };
-        let mut r = as_user(who, tokio_stream::iter(vec![settings]));
-        r.metadata_mut().insert(
-            "x-mq-client-id",
-            format!("producer-{}", who.access_key).parse().unwrap(),
-        );
-        let mut t = MessagingServiceClient::new(Channel::from_shared(format!("http://{l}")).unwrap().connect_lazy())
-            .telemetry(r)
-            .await
-            .unwrap()
-            .into_inner();
-        let first = t.message().await.unwrap().unwrap();
-        assert_eq!(
-            first.status.map(|s| s.code),
-            Some(want as i32),
-            "{}'s settings",
-            who.access_key
-        );
+    // check-backs it would be sent: it is registered for those it may Pub
+    // to, and the rest are left out (the Java producer names every topic it
+    // ever tried). A consumer whose group it may not Sub is refused.
+    let telemetry = |who: Credentials, settings: v2::Settings| {
+        let l = l.clone();
+        async move {
+            let cmd = v2::TelemetryCommand {
+                status: None,
+                command: Some(v2::telemetry_command::Command::Settings(settings)),
+            };
+            let mut r = as_user(&who, tokio_stream::iter(vec![cmd]));
+            r.metadata_mut()
+                .insert("x-mq-client-id", format!("client-{}", who.access_key).parse().unwrap());
+            let mut t =
+                MessagingServiceClient::new(Channel::from_shared(format!("http://{l}")).unwrap().connect_lazy())
+                    .telemetry(r)
+                    .await
+                    .unwrap()
+                    .into_inner();
+            let first = t.message().await.unwrap().unwrap();
+            (first.status.map(|s| s.code), t)
+        }
+    };
+    let res = |n: &str| v2::Resource {
+        resource_namespace: String::new(),
+        name: n.into(),
+    };
+    let publishing = v2::Settings {
+        client_type: Some(v2::ClientType::Producer as i32),
+        pub_sub: Some(v2::settings::PubSub::Publishing(v2::Publishing {
+            topics: vec![res("own-1")],
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let registered = |who: &'static str| {
+        let l = l.clone();
+        async move {
+            let clients = v1(&l)
+                .list_clients(as_root(pb::ListClientsRequest::default()))
+                .await
+                .unwrap()
+                .into_inner()
+                .clients;
+            clients
+                .into_iter()
+                .find(|c| c.client_id == format!("client-{who}"))
+                .map(|c| c.topics)
+        }
+    };
+    for (who, topics) in [
+        (ops.clone(), vec![]),
+        (creds("root", "root-secret"), vec!["own-1".to_string()]),
+    ] {
+        let name = if who.access_key == "ops" { "ops" } else { "root" };
+        let (code, _stream) = telemetry(who, publishing.clone()).await;
+        assert_eq!(code, Some(Code::Ok as i32), "{name}'s settings");
+        assert_eq!(registered(name).await, Some(topics), "{name} is sent check-backs of");
     }
+    let consumer = v2::Settings {
+        client_type: Some(v2::ClientType::SimpleConsumer as i32),
+        pub_sub: Some(v2::settings::PubSub::Subscription(v2::Subscription {
+            group: Some(res("not-g")),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let (code, _) = telemetry(ops.clone(), consumer).await;
+    assert_eq!(
+        code,
+        Some(Code::Unauthorized as i32),
+        "a consumer of a group it may not Sub"
+    );
 
     // What was refused did not happen.
     let topics = v1(&l)

@@ -20,7 +20,6 @@ use rand::rngs::StdRng;
 use crate::cluster::{CLIENT_PORT, Cli, Cluster, GROUP, RAFT_PORT};
 use crate::observations::MemberView;
 
-/// The broker group the harness runs.
 /// One `raftmq cluster` command: `add-node` waits for the new learner to
 /// catch up, so it gets longer than a client call.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);

@@ -141,13 +141,14 @@ pub struct RaftNode {
     raft_addr: std::net::SocketAddr,
     /// Dials peers outside openraft's own calls (a follower's ReadIndex).
     network: NetworkFactory,
-    /// Bounds the [`RaftNode::catch_up`]s in progress, each a heartbeat
-    /// round on the leader: a flood of refused calls costs the group little.
-    catch_ups: tokio::sync::Semaphore,
+    /// Bounds the [`RaftNode::read_barrier`]s asking the leader at once,
+    /// each a heartbeat round there: a flood of refused calls costs the
+    /// group little.
+    barriers: tokio::sync::Semaphore,
 }
 
-/// Most [`RaftNode::catch_up`]s at once on one node.
-const MAX_CATCH_UPS: usize = 4;
+/// Most [`RaftNode::read_barrier`]s asking the leader at once from one node.
+const MAX_BARRIERS: usize = 4;
 
 /// Opens the store (recovering it after a crash), the Raft log over it
 /// and the state machine.
@@ -230,7 +231,7 @@ impl RaftNode {
             server,
             raft_addr,
             network,
-            catch_ups: tokio::sync::Semaphore::new(MAX_CATCH_UPS),
+            barriers: tokio::sync::Semaphore::new(MAX_BARRIERS),
         });
         if cfg.bootstrap {
             node.bootstrap(&cfg).await?;
@@ -310,30 +311,27 @@ impl RaftNode {
         }
     }
 
-    /// Waits, up to `within`, until this node has applied everything its
-    /// group committed before the call: as leader after a ReadIndex round
-    /// ([`RaftNode::linearizable`]); otherwise up to the index its leader
-    /// gives for a ReadIndex (the `ReadIndex` RPC), Raft's follower read.
-    /// `Ok(advanced)`: caught up, and whether anything was applied
-    /// meanwhile (a check made before on this node's state may now answer
-    /// differently). `Err`: no leader answered, or this node did not catch
-    /// up in time. A node that just restarted, say, may name a leader from
-    /// its last term that is gone: then it cannot tell.
-    pub async fn catch_up(&self, within: Duration) -> Result<bool, String> {
+    /// A read barrier: waits, up to `within`, until this node has applied
+    /// everything its group committed before the call, so that what it
+    /// reads next of its state is as current as the group's. As leader
+    /// after a ReadIndex round ([`RaftNode::linearizable`]); otherwise up
+    /// to the index its leader gives for a ReadIndex (the `ReadIndex` RPC),
+    /// Raft's follower read. `Err`: no leader answered (a node that just
+    /// restarted, say, may name a leader of its last term that is gone),
+    /// or this node did not apply that far in time.
+    pub async fn read_barrier(&self, within: Duration) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + within;
         let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
-        let applied = || self.raft.metrics().borrow_watched().last_applied.map_or(0, |l| l.index);
-        let _turn = tokio::time::timeout(within, self.catch_ups.acquire())
+        // Each barrier costs the leader a heartbeat round: a few at once.
+        let turn = tokio::time::timeout(within, self.barriers.acquire())
             .await
-            .map_err(|_| "too many calls are waiting for this node to catch up".to_string())?
+            .map_err(|_| "too many calls are waiting for a read barrier on this node".to_string())?
             .map_err(|_| "shutting down".to_string())?;
-        let before = applied();
         if self.is_leader() {
-            tokio::time::timeout(left(), self.linearizable())
+            return tokio::time::timeout(left(), self.linearizable())
                 .await
                 .map_err(|_| "this leader could not confirm its commit index in time".to_string())?
-                .map_err(|e| e.to_string())?;
-            return Ok(applied() > before);
+                .map_err(|e| e.to_string());
         }
         let m = self.raft.metrics().borrow_watched().clone();
         let leader = m.current_leader.ok_or("this node knows no leader")?;
@@ -344,17 +342,17 @@ impl RaftNode {
             .cloned()
             .ok_or_else(|| format!("leader {leader} is not in this node's membership"))?;
         let index = self.network.read_index(leader, &at, left()).await?;
+        // Applying here costs the leader nothing.
+        drop(turn);
         self.raft
             .wait(Some(left()))
             .applied_index_at_least(Some(index), "applied what the leader committed")
             .await
             .map_err(|_| {
-                format!(
-                    "this node has applied {} of the {index} entries its group committed",
-                    applied()
-                )
+                let applied = self.raft.metrics().borrow_watched().last_applied.map_or(0, |l| l.index);
+                format!("this node has applied {applied} of the {index} entries its group committed")
             })?;
-        Ok(applied() > before)
+        Ok(())
     }
 
     /// Runs a leader-only openraft call, retrying while leadership is

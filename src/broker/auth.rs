@@ -19,11 +19,11 @@
 //!
 //! A node that has not applied the latest changes (it just restarted, was
 //! given back its log after a wipe, or has just been elected) could refuse
-//! a user that exists, or a grant just made. So a refusal is not final
-//! until the node has caught up with what its group committed
-//! ([`Broker::checked`]): then it checks again; if it cannot catch up
-//! within [`CATCH_UP_WAIT`], the call gets "unavailable" (retry, perhaps
-//! elsewhere), never a refusal the group as a whole would not give.
+//! a user that exists, or a grant just made. So such a refusal is not
+//! final until the node has applied what its group committed before the
+//! call ([`Broker::checked`]): then it checks again; if it cannot get
+//! there within [`BARRIER_WAIT`], the call gets "unavailable" (retry,
+//! perhaps elsewhere), never a refusal the group as a whole would not give.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -49,10 +49,29 @@ pub enum Caller {
     },
 }
 
+impl Caller {
+    /// Who a client id is bound to ([`crate::broker::clients::Owner`]):
+    /// the user, or the member node; none while ACL is off.
+    pub fn user(&self) -> Option<String> {
+        match self {
+            Caller::Open => None,
+            Caller::Member(id) => Some(format!("node:{}/{}", id.group, id.node)),
+            Caller::User { name, .. } => Some(name.clone()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
+    /// No credentials, or ones no node's state could make good (malformed,
+    /// signed too far from this node's clock).
     #[error("unauthenticated: {0}")]
     Unauthenticated(String),
+    /// Credentials this node's users do not accept (a user unknown or
+    /// disabled here, a signature that does not match the secret here):
+    /// a node behind its group could be wrong about them.
+    #[error("unauthenticated: {0}")]
+    NotAccepted(String),
     #[error("access denied: {0}")]
     Denied(String),
     /// This node could not tell: it has not applied its group's latest
@@ -61,10 +80,18 @@ pub enum AuthError {
     Behind(String),
 }
 
+impl AuthError {
+    /// Whether a node that has applied more of its group's log could
+    /// answer otherwise (a user or a grant it has not seen yet).
+    fn may_be_stale(&self) -> bool {
+        matches!(self, AuthError::NotAccepted(_) | AuthError::Denied(_))
+    }
+}
+
 /// How long a refused call waits for its node to catch up with the users
 /// and policies its group committed (about two election timeouts and a
 /// snapshot's worth of applying, on a node that just restarted).
-pub const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
+pub const BARRIER_WAIT: Duration = Duration::from_secs(2);
 
 impl From<AuthError> for BrokerError {
     /// As RocketMQ answers both: `UNAUTHORIZED` (40100), the message
@@ -80,7 +107,7 @@ impl From<AuthError> for BrokerError {
 impl From<AuthError> for tonic::Status {
     fn from(e: AuthError) -> tonic::Status {
         match e {
-            AuthError::Unauthenticated(_) => tonic::Status::unauthenticated(e.to_string()),
+            AuthError::Unauthenticated(_) | AuthError::NotAccepted(_) => tonic::Status::unauthenticated(e.to_string()),
             AuthError::Denied(_) => tonic::Status::permission_denied(e.to_string()),
             AuthError::Behind(_) => tonic::Status::unavailable(e.to_string()),
         }
@@ -131,23 +158,6 @@ impl Broker {
                     "ACL is on: sign calls with an access key and secret key (--access-key/--secret-key)".into(),
                 )
             })?;
-        // Checked under the metadata's read lock: no copy of the secret.
-        let (name, super_user) = self.node.sm.with_metadata(|m| {
-            let user = m
-                .users
-                .get(signed.access_key)
-                .ok_or_else(|| AuthError::Unauthenticated(format!("no user {}", signed.access_key)))?;
-            if user.status == UserStatus::Disable {
-                return Err(AuthError::Unauthenticated(format!("user {} is disabled", user.name)));
-            }
-            if !signed.verify(&user.password) {
-                return Err(AuthError::Unauthenticated(format!(
-                    "the signature does not match user {}'s secret key",
-                    user.name
-                )));
-            }
-            Ok((user.name.clone(), user.user_type == UserType::Super))
-        })?;
         let window = self.cfg.acl.max_clock_skew_ms;
         if window > 0 {
             let now = crate::clock::now_ms() as i64;
@@ -167,17 +177,44 @@ impl Broker {
                 }
             }
         }
+        // Checked under the metadata's read lock: no copy of the secret.
+        let (name, super_user) = self.node.sm.with_metadata(|m| {
+            let user = m
+                .users
+                .get(signed.access_key)
+                .ok_or_else(|| AuthError::NotAccepted(format!("no user {}", signed.access_key)))?;
+            if user.status == UserStatus::Disable {
+                return Err(AuthError::NotAccepted(format!("user {} is disabled", user.name)));
+            }
+            if !signed.verify(&user.password) {
+                return Err(AuthError::NotAccepted(format!(
+                    "the signature does not match user {}'s secret key",
+                    user.name
+                )));
+            }
+            Ok((user.name.clone(), user.user_type == UserType::Super))
+        })?;
         Ok(Caller::User { name, super_user })
     }
 
-    /// Whether `caller`, at `ip`, may do all of `checks`.
+    /// Whether `caller`, at `ip`, may do all of `checks`. A user is looked
+    /// up again (a Telemetry stream's caller was authenticated when it
+    /// opened, and may since have been disabled, removed or demoted).
     pub fn authorize(&self, caller: &Caller, checks: &[Check], ip: Option<IpAddr>) -> Result<(), AuthError> {
         let name = match caller {
-            Caller::Open | Caller::Member(_) | Caller::User { super_user: true, .. } => return Ok(()),
+            Caller::Open | Caller::Member(_) => return Ok(()),
             Caller::User { name, .. } => name,
         };
         let subject = acl::subject_of(name);
         self.node.sm.with_metadata(|m| {
+            match m.users.get(name.as_str()) {
+                None => return Err(AuthError::NotAccepted(format!("no user {name}"))),
+                Some(u) if u.status == UserStatus::Disable => {
+                    return Err(AuthError::NotAccepted(format!("user {name} is disabled")));
+                }
+                Some(u) if u.user_type == UserType::Super => return Ok(()),
+                Some(_) => {}
+            }
             let policy = m.acls.get(&subject).map_or(&[][..], Vec::as_slice);
             for c in checks {
                 if acl::decide(policy, c, ip) == Decision::Deny {
@@ -196,19 +233,18 @@ impl Broker {
     }
 
     /// `check` (one of the checks here) against this node's users and
-    /// policies as its group committed them: a refusal made before this
-    /// node caught up is checked again once it has, or becomes
-    /// [`AuthError::Behind`]. Allowed calls and refusals on a node that is
-    /// up to date answer at once.
+    /// policies as its group committed them: a refusal that a node behind
+    /// could be wrong about ([`AuthError::may_be_stale`]) is checked again
+    /// after a read barrier ([`raftmq_raft::RaftNode::read_barrier`]), or
+    /// becomes [`AuthError::Behind`] when the barrier cannot be had.
+    /// Allowed calls, and refusals no state could change, answer at once.
     pub async fn checked<T>(&self, check: impl Fn() -> Result<T, AuthError>) -> Result<T, AuthError> {
-        let refusal = match check() {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        match self.node.catch_up(CATCH_UP_WAIT).await {
-            Ok(true) => check(),
-            Ok(false) => Err(refusal),
-            Err(why) => Err(AuthError::Behind(format!("{why} (it would refuse: {refusal})"))),
+        match check() {
+            Err(e) if e.may_be_stale() => match self.node.read_barrier(BARRIER_WAIT).await {
+                Ok(()) => check(),
+                Err(why) => Err(AuthError::Behind(format!("{why} (it would refuse: {e})"))),
+            },
+            other => other,
         }
     }
 

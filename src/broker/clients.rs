@@ -7,13 +7,14 @@
 //! node knows the clients that use it. Entries silent for [`CLIENT_TTL`]
 //! are dropped.
 //!
-//! A client id belongs to the IP address that first used it, for as long
-//! as its entry lives: a caller elsewhere cannot take over another client's
-//! Telemetry stream (and with it the check-backs of its transactions, with
-//! their message bodies), nor say goodbye in its name. The official clients
-//! make their ids from host name, process id and start time, so a real
-//! client never meets this. (Once authentication lands, the credential
-//! binds too.) At most `limits.max_clients` ids are tracked.
+//! A client id belongs to the [`Owner`] that first used it, for as long as
+//! its entry lives: the IP address it speaks from and, under ACL, the user
+//! it authenticated as. A caller elsewhere, or another user on the same
+//! host, cannot take over another client's Telemetry stream (and with it
+//! the check-backs of its transactions, with their message bodies), nor
+//! say goodbye in its name. The official clients make their ids from host
+//! name, process id and start time, so a real client never meets this. At
+//! most `limits.max_clients` ids are tracked.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use crate::broker::auth::Caller;
 use crate::error::BrokerError;
 use crate::proto::rocketmq::v2;
 use crate::proto::rocketmq::v2::Code;
@@ -48,6 +50,26 @@ pub struct Subscription {
     pub expression: String,
 }
 
+/// Who a client id belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// The address it speaks from (none: a caller tonic could not name).
+    pub ip: Option<IpAddr>,
+    /// The user it authenticated as, under ACL (a member node: `node:<group>/<id>`).
+    pub user: Option<String>,
+}
+
+impl Owner {
+    /// The owner of a call: its address, and the caller that
+    /// [`crate::grpc::rocketmq`]'s access check left in its extensions.
+    pub fn of<T>(r: &tonic::Request<T>) -> Owner {
+        Owner {
+            ip: raftmq_raft::tls::PeerInfo::ip(r),
+            user: r.extensions().get::<Caller>().and_then(Caller::user),
+        }
+    }
+}
+
 /// Sends server commands down a client's Telemetry stream.
 pub type TelemetrySender = mpsc::Sender<Result<v2::TelemetryCommand, tonic::Status>>;
 
@@ -59,8 +81,8 @@ pub struct ClientInfo {
     pub language: String,
     /// The client library's version, as it reports it.
     pub version: String,
-    /// The address the id belongs to (none: a caller tonic could not name).
-    pub peer: Option<IpAddr>,
+    /// Who the id belongs to.
+    pub owner: Owner,
     pub last_seen: Instant,
     /// The client's current Telemetry stream (its id, its sender).
     pub telemetry: Option<(u64, TelemetrySender)>,
@@ -123,28 +145,33 @@ impl Clients {
         f(&mut t.clients)
     }
 
-    /// The entry of `id` if `peer` may use it.
+    /// The entry of `id` if `owner` may use it.
     fn owned<'a>(
         m: &'a mut HashMap<String, ClientInfo>,
         id: &str,
-        peer: Option<IpAddr>,
+        owner: &Owner,
     ) -> Result<Option<&'a mut ClientInfo>, BrokerError> {
         match m.get_mut(id) {
-            Some(c) if c.peer != peer && Instant::now().duration_since(c.last_seen) < CLIENT_TTL => {
+            Some(c) if c.owner != *owner && Instant::now().duration_since(c.last_seen) < CLIENT_TTL => {
+                let by = if c.owner.ip != owner.ip {
+                    "a client at another address"
+                } else {
+                    "another user"
+                };
                 Err(BrokerError::Refused(
                     Code::Forbidden,
-                    format!("client id {id} is in use by a client at another address"),
+                    format!("client id {id} is in use by {by}"),
                 ))
             }
             c => Ok(c),
         }
     }
 
-    /// Records that a client spoke (heartbeat or settings) from `peer`.
+    /// Records that a client spoke (heartbeat or settings) as `owner`.
     pub fn seen(
         &self,
         id: &str,
-        peer: Option<IpAddr>,
+        owner: &Owner,
         client_type: v2::ClientType,
         group: Option<String>,
         language: &str,
@@ -153,7 +180,7 @@ impl Clients {
         validate_id(id)?;
         self.with(|m| {
             let now = Instant::now();
-            let e = match Self::owned(m, id, peer)? {
+            let e = match Self::owned(m, id, owner)? {
                 Some(e) => e,
                 None => {
                     if m.len() >= self.max {
@@ -169,7 +196,7 @@ impl Clients {
                             group: None,
                             language: String::new(),
                             version: String::new(),
-                            peer,
+                            owner: owner.clone(),
                             last_seen: now,
                             telemetry: None,
                             topics: Vec::new(),
@@ -183,7 +210,9 @@ impl Clients {
                 }
             };
             // An expired entry that was not swept yet is taken over whole.
-            e.peer = peer;
+            if e.owner != *owner {
+                e.owner = owner.clone();
+            }
             e.last_seen = now;
             // Bounded: both come from the client.
             if !language.is_empty() {
@@ -203,9 +232,9 @@ impl Clients {
     }
 
     /// Keeps a client's Telemetry stream for server commands.
-    pub fn attach(&self, id: &str, peer: Option<IpAddr>, stream: u64, tx: TelemetrySender) -> Result<(), BrokerError> {
+    pub fn attach(&self, id: &str, owner: &Owner, stream: u64, tx: TelemetrySender) -> Result<(), BrokerError> {
         self.with(|m| {
-            if let Some(c) = Self::owned(m, id, peer)? {
+            if let Some(c) = Self::owned(m, id, owner)? {
                 c.telemetry = Some((stream, tx));
             }
             Ok(())
@@ -213,10 +242,10 @@ impl Clients {
     }
 
     /// Records the topics a producer publishes to.
-    pub fn publishes(&self, id: &str, peer: Option<IpAddr>, mut topics: Vec<String>) -> Result<(), BrokerError> {
+    pub fn publishes(&self, id: &str, owner: &Owner, mut topics: Vec<String>) -> Result<(), BrokerError> {
         topics.truncate(MAX_CLIENT_TOPICS);
         self.with(|m| {
-            if let Some(c) = Self::owned(m, id, peer)? {
+            if let Some(c) = Self::owned(m, id, owner)? {
                 c.topics = topics;
             }
             Ok(())
@@ -224,13 +253,13 @@ impl Clients {
     }
 
     /// Records what a consumer subscribes to.
-    pub fn subscribes(&self, id: &str, peer: Option<IpAddr>, mut subs: Vec<Subscription>) -> Result<(), BrokerError> {
+    pub fn subscribes(&self, id: &str, owner: &Owner, mut subs: Vec<Subscription>) -> Result<(), BrokerError> {
         subs.truncate(MAX_CLIENT_TOPICS);
         for s in &mut subs {
             s.expression = s.expression.chars().take(MAX_EXPRESSION_LEN).collect();
         }
         self.with(|m| {
-            if let Some(c) = Self::owned(m, id, peer)? {
+            if let Some(c) = Self::owned(m, id, owner)? {
                 c.subscriptions = subs;
             }
             Ok(())
@@ -240,9 +269,9 @@ impl Clients {
     /// Counts messages delivered to a client (`received`) and acknowledged
     /// by it (`acked`) through this node; ids of other addresses count
     /// nothing.
-    pub fn consumed(&self, id: &str, peer: Option<IpAddr>, received: u64, acked: u64) {
+    pub fn consumed(&self, id: &str, owner: &Owner, received: u64, acked: u64) {
         self.with(|m| {
-            if let Ok(Some(c)) = Self::owned(m, id, peer) {
+            if let Ok(Some(c)) = Self::owned(m, id, owner) {
                 c.received = c.received.saturating_add(received);
                 c.acked = c.acked.saturating_add(acked);
                 if received > 0 {
@@ -274,9 +303,9 @@ impl Clients {
     }
 
     /// A client that said goodbye, from its own address.
-    pub fn remove(&self, id: &str, peer: Option<IpAddr>) -> Result<(), BrokerError> {
+    pub fn remove(&self, id: &str, owner: &Owner) -> Result<(), BrokerError> {
         self.with(|m| {
-            if Self::owned(m, id, peer)?.is_some() {
+            if Self::owned(m, id, owner)?.is_some() {
                 m.remove(id);
             }
             Ok(())
@@ -311,14 +340,24 @@ impl Clients {
 mod tests {
     use super::*;
 
-    fn ip(last: u8) -> Option<IpAddr> {
-        Some(IpAddr::from([127, 0, 0, last]))
+    fn ip(last: u8) -> Owner {
+        Owner {
+            ip: Some(IpAddr::from([127, 0, 0, last])),
+            user: None,
+        }
+    }
+
+    fn user(name: &str) -> Owner {
+        Owner {
+            user: Some(name.into()),
+            ..ip(1)
+        }
     }
 
     #[test]
     fn tracks_groups_and_goodbyes() {
         let c = Clients::new(100);
-        let a = ip(1);
+        let a = &ip(1);
         c.seen(
             "a",
             a,
@@ -351,36 +390,52 @@ mod tests {
     #[test]
     fn an_id_belongs_to_its_address_and_the_table_is_bounded() {
         let c = Clients::new(2);
-        c.seen("a", ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+        c.seen("a", &ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
             .unwrap();
-        c.publishes("a", ip(1), vec!["T".into()]).unwrap();
+        c.publishes("a", &ip(1), vec!["T".into()]).unwrap();
         let (tx, _rx) = mpsc::channel(1);
-        c.attach("a", ip(1), 1, tx).unwrap();
+        c.attach("a", &ip(1), 1, tx).unwrap();
         // Someone elsewhere cannot speak as "a", take its stream or remove it.
         let e = c
-            .seen("a", ip(2), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .seen("a", &ip(2), v2::ClientType::Producer, None, "JAVA", "1.0")
             .unwrap_err();
         assert_eq!(e.v2_status().code, Code::Forbidden as i32);
         let (tx2, _rx2) = mpsc::channel(1);
-        assert!(c.attach("a", ip(2), 2, tx2).is_err());
-        assert!(c.publishes("a", ip(2), vec![]).is_err());
-        assert!(c.remove("a", ip(2)).is_err());
+        assert!(c.attach("a", &ip(2), 2, tx2).is_err());
+        assert!(c.publishes("a", &ip(2), vec![]).is_err());
+        assert!(c.remove("a", &ip(2)).is_err());
         assert_eq!(c.producers_of("T").len(), 1);
         // Bad ids, and more clients than the limit.
         for bad in ["x y", "\u{1}", &"x".repeat(MAX_CLIENT_ID_LEN + 1)] {
             assert!(
-                c.seen(bad, ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+                c.seen(bad, &ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
                     .is_err()
             );
         }
-        c.seen("b", ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+        c.seen("b", &ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
             .unwrap();
         let e = c
-            .seen("c", ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .seen("c", &ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
             .unwrap_err();
         assert_eq!(e.v2_status().code, Code::TooManyRequests as i32);
-        c.remove("b", ip(1)).unwrap();
-        c.seen("c", ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
+        c.remove("b", &ip(1)).unwrap();
+        c.seen("c", &ip(1), v2::ClientType::Producer, None, "JAVA", "1.0")
             .unwrap();
+    }
+
+    #[test]
+    fn under_acl_an_id_belongs_to_its_user_too() {
+        let c = Clients::new(10);
+        c.seen("a", &user("alice"), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .unwrap();
+        // Bob, on the same host, cannot take alice's id.
+        let e = c
+            .seen("a", &user("bob"), v2::ClientType::Producer, None, "JAVA", "1.0")
+            .unwrap_err();
+        assert!(e.to_string().contains("another user"), "{e}");
+        let (tx, _rx) = mpsc::channel(1);
+        assert!(c.attach("a", &user("bob"), 1, tx).is_err());
+        assert!(c.remove("a", &user("bob")).is_err());
+        c.remove("a", &user("alice")).unwrap();
     }
 }

@@ -465,9 +465,10 @@ impl BrokerConfig {
         n.bootstrap = self.bootstrap;
         if self.acl.enabled && !matches!(self.acl.init_user(), Ok(Some(_))) {
             n.bootstrap_refusal = Some(
-                "[acl] is enabled and no initial Super user is named, so no one could ever call the group: \
+                "[acl] is enabled and no initial Super user is named, so no one could ever call a new group: \
                  set [acl] init_access_key and init_secret_key (or RAFTMQ_ACL_INIT_ACCESS_KEY and \
-                 RAFTMQ_ACL_INIT_SECRET_KEY)"
+                 RAFTMQ_ACL_INIT_SECRET_KEY). If the group exists and only this node's disk was emptied, \
+                 set bootstrap = false instead and add it back with raftmq cluster add-node"
                     .into(),
             );
         }

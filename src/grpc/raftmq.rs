@@ -472,7 +472,7 @@ impl broker_server::Broker for BrokerService {
                 group: c.group.unwrap_or_default(),
                 language: c.language,
                 version: c.version,
-                address: c.peer.map(|ip| ip.to_string()).unwrap_or_default(),
+                address: c.owner.ip.map(|ip| ip.to_string()).unwrap_or_default(),
                 last_heartbeat_ms_ago: ago(c.last_seen),
                 topics: c.topics,
                 telemetry: c.telemetry.is_some(),

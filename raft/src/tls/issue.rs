@@ -1,9 +1,10 @@
-//! A small CA for `raftmq dev --secure`, the tests and the jepsen harness:
-//! a self-signed root and the leaf certificates it signs, as PEM.
+//! A small CA for `raftmq cert`, `raftmq dev --secure`, the tests and the
+//! jepsen harness: a self-signed root and the leaf certificates it signs,
+//! as PEM.
 //!
-//! A production cluster brings certificates from its own PKI; they need
-//! only the names described in [`super::identity`] (and, for every server,
-//! the DNS names or IP addresses it is dialled at).
+//! A cluster with a PKI of its own brings certificates from it instead;
+//! they need only the names described in [`super::identity`] (and, for
+//! every server, the DNS names or IP addresses it is dialled at).
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,

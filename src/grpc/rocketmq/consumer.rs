@@ -27,7 +27,7 @@ pub(super) async fn receive_message(
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
     // Counted where the client sent it, not again where it was forwarded.
     let counted = !crate::grpc::is_forwarded(request.metadata());
-    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
+    let owner = crate::broker::clients::Owner::of(&request);
     // Held while the receive waits, here and (forwarded) on the leader.
     let out = match svc.broker.long_polls.acquire(&client) {
         Ok(_slot) => {
@@ -47,7 +47,7 @@ pub(super) async fn receive_message(
                 .filter(|i| matches!(i.content, Some(v2::receive_message_response::Content::Message(_))))
                 .count();
             if counted {
-                svc.broker.clients.consumed(&client, peer, n as u64, 0);
+                svc.broker.clients.consumed(&client, &owner, n as u64, 0);
             }
             items
         }
@@ -64,7 +64,7 @@ pub(super) async fn ack_message(
     let n = request.get_ref().entries.len();
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
     let counted = !crate::grpc::is_forwarded(request.metadata());
-    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
+    let owner = crate::broker::clients::Owner::of(&request);
     let out = svc
         .on_leader(
             request,
@@ -117,7 +117,7 @@ pub(super) async fn ack_message(
                 .filter(|e| e.status.as_ref().is_some_and(|s| s.code == Code::Ok as i32))
                 .count();
             if counted {
-                svc.broker.clients.consumed(&client, peer, 0, acked as u64);
+                svc.broker.clients.consumed(&client, &owner, 0, acked as u64);
             }
             r
         }

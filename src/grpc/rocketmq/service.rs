@@ -190,13 +190,14 @@ impl MessagingService {
         let started = std::time::Instant::now();
         // A forwarded call was counted at the node the client called.
         let forwarded = crate::grpc::is_forwarded(r.metadata());
+        let mut r = r;
         let allowed = match self.broker.acl_enabled() {
             true => {
                 let (call, checks) = (CallInfo::of(&r), r.get_ref().checks());
-                self.broker
-                    .checked(|| self.broker.access(&call, &checks))
-                    .await
-                    .map(drop)
+                let caller = self.broker.checked(|| self.broker.access(&call, &checks)).await;
+                // Client ids are bound to who the caller is (clients::Owner).
+                caller
+                    .map(|c| drop(r.extensions_mut().insert(c)))
                     .map_err(BrokerError::from)
             }
             false => Ok(()),

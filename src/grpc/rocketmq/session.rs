@@ -4,13 +4,16 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use raftmq_raft::acl::{Action, Check, ResourceType};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tonic::{Request, Response, Status};
 
 use super::service::*;
-use crate::broker::clients::{MAX_CLIENT_TOPICS, Subscription};
+use crate::broker::Broker;
+use crate::broker::auth::{AuthError, Caller};
+use crate::broker::clients::{MAX_CLIENT_TOPICS, Owner, Subscription};
 use crate::broker::pop;
 use crate::error::BrokerError;
 use crate::grpc::header;
@@ -26,7 +29,7 @@ pub(super) async fn heartbeat(
     let id = header(request.metadata(), CLIENT_ID).to_string();
     let language = header(request.metadata(), LANGUAGE).to_string();
     let version = header(request.metadata(), CLIENT_VERSION).to_string();
-    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
+    let owner = Owner::of(&request);
     let req = request.into_inner();
     let group = req.group.map(|g| g.name);
     let client_type = v2::ClientType::try_from(req.client_type).unwrap_or(v2::ClientType::Unspecified);
@@ -37,7 +40,7 @@ pub(super) async fn heartbeat(
     .and_then(|()| {
         svc.broker
             .clients
-            .seen(&id, peer, client_type, group, &language, &version)
+            .seen(&id, &owner, client_type, group, &language, &version)
     });
     Ok(Response::new(v2::HeartbeatResponse {
         status: Some(seen.map_or_else(|e| e.v2_status(), |()| ok())),
@@ -62,6 +65,10 @@ pub(super) async fn telemetry(
         .checked(|| svc.broker.authenticate(&call))
         .await
         .map_err(Status::from)?;
+    let owner = Owner {
+        ip: peer,
+        user: caller.user(),
+    };
     let mut inbound = request.into_inner();
     let (tx, rx) = mpsc::channel(16);
     let broker = svc.broker.clone();
@@ -128,21 +135,18 @@ pub(super) async fn telemetry(
                 None => (header_language.clone(), header_version.clone()),
             };
             let clients = &broker.clients;
-            let checks = s.checks();
-            let known = broker
-                .checked(|| broker.authorize(&caller, &checks, peer))
-                .await
-                .map_err(BrokerError::from)
-                .and_then(|()| clients.seen(&id, peer, client_type, group, &language, &version))
-                .and_then(|()| match published {
-                    Some(topics) => clients.publishes(&id, peer, topics),
-                    None => Ok(()),
-                })
-                .and_then(|()| match subscribed {
-                    Some(subs) => clients.subscribes(&id, peer, subs),
-                    None => Ok(()),
-                })
-                .and_then(|()| clients.attach(&id, peer, stream_id, tx.clone()));
+            let known = async {
+                let (published, subscribed) = permitted(&broker, &caller, &s, peer, published, subscribed).await?;
+                clients.seen(&id, &owner, client_type, group, &language, &version)?;
+                if let Some(topics) = published {
+                    clients.publishes(&id, &owner, topics)?;
+                }
+                if let Some(subs) = subscribed {
+                    clients.subscribes(&id, &owner, subs)?;
+                }
+                clients.attach(&id, &owner, stream_id, tx.clone())
+            }
+            .await;
             let cmd = match known {
                 Ok(()) => v2::TelemetryCommand {
                     status: Some(ok()),
@@ -168,13 +172,55 @@ pub(super) async fn telemetry(
     Ok(Response::new(ReceiverStream::new(rx)))
 }
 
+/// What of a client's settings its caller may have, under ACL: the
+/// topics a producer may `Pub` to (it is sent the check-backs of their
+/// transactions, bodies included) and the subscriptions a consumer may
+/// `Sub`; the rest is left out, not refused, since clients name topics
+/// they may not use (the Java producer names every topic it ever tried to
+/// send to, allowed or not). A consumer whose group it may not `Sub` is
+/// refused, as its receives would be.
+async fn permitted(
+    broker: &Broker,
+    caller: &Caller,
+    settings: &v2::Settings,
+    peer: Option<std::net::IpAddr>,
+    mut published: Option<Vec<String>>,
+    mut subscribed: Option<Vec<Subscription>>,
+) -> Result<(Option<Vec<String>>, Option<Vec<Subscription>>), BrokerError> {
+    let all = settings.checks();
+    match broker.checked(|| broker.authorize(caller, &all, peer)).await {
+        Ok(()) => return Ok((published, subscribed)),
+        Err(e @ AuthError::Behind(_)) => return Err(e.into()),
+        // Some of it, then: the node is as current as its group now.
+        Err(_) => {}
+    }
+    let may = |kind: ResourceType, name: &str, actions: &'static [Action]| {
+        let check = Check {
+            kind,
+            name: name.to_string(),
+            actions,
+        };
+        broker.authorize(caller, std::slice::from_ref(&check), peer)
+    };
+    if let Some(v2::settings::PubSub::Subscription(sub)) = &settings.pub_sub {
+        let group = sub.group.as_ref().map_or("", |g| g.name.as_str());
+        may(ResourceType::Group, group, &[Action::Sub])?;
+    }
+    if let Some(topics) = &mut published {
+        topics.retain(|t| may(ResourceType::Topic, t, &[Action::Pub]).is_ok());
+    }
+    if let Some(subs) = &mut subscribed {
+        subs.retain(|s| may(ResourceType::Topic, &s.topic, &[Action::Sub]).is_ok());
+    }
+    Ok((published, subscribed))
+}
+
 pub(super) async fn notify_client_termination(
     svc: &MessagingService,
     request: Request<v2::NotifyClientTerminationRequest>,
 ) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
     let id = header(request.metadata(), CLIENT_ID).to_string();
-    let peer = raftmq_raft::tls::PeerInfo::ip(&request);
-    let gone = svc.broker.clients.remove(&id, peer);
+    let gone = svc.broker.clients.remove(&id, &Owner::of(&request));
     Ok(Response::new(v2::NotifyClientTerminationResponse {
         status: Some(gone.map_or_else(|e| e.v2_status(), |()| ok())),
     }))
