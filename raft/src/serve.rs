@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::StreamExt;
+use std::future::Future;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -174,12 +175,7 @@ async fn accept_loop<IO, F>(
         let connect = async move {
             match Conn::accept(s, tls.as_ref().map(|t| (&*t.material, t.auth))).await {
                 Ok(conn) => {
-                    let _ = ready
-                        .send(Counted {
-                            inner: wrap(conn),
-                            _permit: permit,
-                        })
-                        .await;
+                    let _ = ready.send(Counted::new(wrap(conn), permit)).await;
                 }
                 Err(e) => {
                     // Port scanners and plaintext clients: said once in a
@@ -206,16 +202,59 @@ pub const DRAIN_WAIT: Duration = Duration::from_secs(2);
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// How long an accepted connection (after its TLS handshake, if any) may
+/// take to send the HTTP/2 client preface. hyper waits for the preface
+/// with no timer, and its keepalive pings start only after it, so a peer
+/// that connects and says nothing would hold a connection slot for good.
+pub const PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
+/// `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
+const PREFACE_LEN: usize = 24;
+
 /// A connection that holds its place among the port's connections until
-/// it closes.
+/// it closes, and fails its reads if its first [`PREFACE_LEN`] bytes do
+/// not come within [`PREFACE_TIMEOUT`] (hyper then drops it, and the
+/// place with it).
 struct Counted<IO> {
     inner: IO,
     _permit: OwnedSemaphorePermit,
+    /// Until the preface is in: its deadline, and the bytes seen so far.
+    preface: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
+}
+
+impl<IO> Counted<IO> {
+    fn new(inner: IO, permit: OwnedSemaphorePermit) -> Counted<IO> {
+        Counted {
+            inner,
+            _permit: permit,
+            preface: Some((Box::pin(tokio::time::sleep(PREFACE_TIMEOUT)), 0)),
+        }
+    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let Some((deadline, seen)) = &mut this.preface else {
+            return read;
+        };
+        match read {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len() - before;
+                *seen += n;
+                // In, or the peer closed: either way no more waiting.
+                if *seen >= PREFACE_LEN || n == 0 {
+                    this.preface = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if deadline.as_mut().poll(cx).is_ready() => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no HTTP/2 preface in time",
+            ))),
+            other => other,
+        }
     }
 }
 
@@ -250,5 +289,45 @@ impl<IO: Connected> Connected for Counted<IO> {
 
     fn connect_info(&self) -> Self::ConnectInfo {
         self.inner.connect_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn counted(io: tokio::io::DuplexStream) -> Counted<tokio::io::DuplexStream> {
+        Counted::new(io, Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_is_closed_after_the_preface_timeout() {
+        let (_peer, ours) = tokio::io::duplex(64);
+        let mut c = counted(ours);
+        let started = tokio::time::Instant::now();
+        let e = c.read(&mut [0u8; 8]).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), PREFACE_TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_sent_its_preface_may_then_idle() {
+        let (mut peer, ours) = tokio::io::duplex(64);
+        let mut c = counted(ours);
+        // In two pieces, the second just before the deadline.
+        peer.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(c.read(&mut buf).await.unwrap(), 16);
+        tokio::time::sleep(PREFACE_TIMEOUT - Duration::from_millis(1)).await;
+        peer.write_all(b"\r\nSM\r\n\r\n").await.unwrap();
+        assert_eq!(c.read(&mut buf).await.unwrap(), 8);
+        // Long after: an idle HTTP/2 connection is keepalive's business.
+        let idle = tokio::spawn(async move { c.read(&mut buf).await.map(|_| ()) });
+        tokio::time::sleep(PREFACE_TIMEOUT * 3).await;
+        assert!(!idle.is_finished());
+        drop(peer);
+        assert!(idle.await.unwrap().is_ok(), "the peer closed: end of stream, no error");
     }
 }
