@@ -90,7 +90,7 @@ proptest! {
             entries,
             leader_commit: commit,
         };
-        if let Ok(r) = wire::append_from_pb(req) {
+        if let Ok(r) = wire::append_from_pb(req, u64::MAX) {
             // What is accepted follows on: consecutive indexes, terms that
             // never go down nor pass the leader's.
             let mut last = r.prev_log_id;

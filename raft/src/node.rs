@@ -212,6 +212,7 @@ impl RaftNode {
                 cfg.node_id,
                 catching_up.clone(),
                 cfg.tls.is_some(),
+                cfg.store.max_record_size,
             )
             .into_server(),
         );

@@ -28,10 +28,20 @@ pub struct RaftService {
     /// The port is mutual TLS: every call must come from a member of this
     /// group, and may speak only for itself.
     members_only: bool,
+    /// The store's `max_record_size`: an entry that would not fit is
+    /// refused here, not by the store (whose error openraft takes as fatal).
+    max_record_size: u64,
 }
 
 impl RaftService {
-    pub fn new(raft: Raft, group: &str, node_id: u64, catching_up: CatchingUp, members_only: bool) -> RaftService {
+    pub fn new(
+        raft: Raft,
+        group: &str,
+        node_id: u64,
+        catching_up: CatchingUp,
+        members_only: bool,
+        max_record_size: u64,
+    ) -> RaftService {
         RaftService {
             raft,
             group: group.to_string(),
@@ -39,6 +49,7 @@ impl RaftService {
             installs: Arc::new(tokio::sync::Semaphore::new(1)),
             catching_up,
             members_only,
+            max_record_size,
         }
     }
 
@@ -117,9 +128,10 @@ impl raft_server::Raft for RaftService {
         // answers to the requests before it.
         let failure: Arc<Mutex<Option<Status>>> = Arc::default();
         let noted = failure.clone();
+        let max_record_size = self.max_record_size;
         let input = request.into_inner().scan((), move |_, r| {
             let decoded = r
-                .and_then(|pb| wire::append_from_pb(pb).map_err(bad))
+                .and_then(|pb| wire::append_from_pb(pb, max_record_size).map_err(bad))
                 .and_then(|req| speaks_for_itself(caller, &req.vote).map(|()| req));
             let next = match decoded {
                 Ok(req) => Some(req),

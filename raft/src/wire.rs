@@ -76,10 +76,25 @@ pub fn append_to_pb(req: &AppendEntriesRequest<TypeConfig>) -> pb::AppendRequest
 }
 
 /// An append request from a peer, refused unless storage could take it:
-/// in-range ids, and entries that follow `prev_log_id` one index at a time
-/// with terms that never decrease nor pass the sender's vote (openraft
-/// treats a storage error as fatal, so a peer must not be able to cause one).
-pub fn append_from_pb(req: pb::AppendRequest) -> io::Result<AppendEntriesRequest<TypeConfig>> {
+/// entries whose records fit in `max_record_size`, in-range ids, and
+/// entries that follow `prev_log_id` one index at a time with terms that
+/// never decrease nor pass the sender's vote (openraft treats a storage
+/// error as fatal, so a peer must not be able to cause one).
+pub fn append_from_pb(req: pb::AppendRequest, max_record_size: u64) -> io::Result<AppendEntriesRequest<TypeConfig>> {
+    if let Some(e) = req
+        .entries
+        .iter()
+        .find(|e| raftmq_store::record::encoded_len(e.payload.len()) as u64 > max_record_size)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "entry {} of {} bytes does not fit this node's max_record_size {max_record_size}",
+                e.index,
+                e.payload.len()
+            ),
+        ));
+    }
     let r: AppendEntriesRequest<TypeConfig> = AppendEntriesRequest {
         vote: vote_from_pb(req.vote)?,
         prev_log_id: req.prev_log_id.map(log_id_from_pb),
@@ -207,19 +222,33 @@ mod tests {
         }
     }
 
+    /// [`append_from_pb`] with room for any entry.
+    fn append_from_pb_any(req: pb::AppendRequest) -> io::Result<AppendEntriesRequest<TypeConfig>> {
+        append_from_pb(req, u64::MAX)
+    }
+
     #[test]
     fn appends_that_storage_could_not_take_are_refused_at_the_edge() {
         // Consecutive, terms rising up to the vote's: fine.
-        assert!(append_from_pb(append(3, Some((1, 4)), vec![blank(1, 5), blank(3, 6)])).is_ok());
-        assert!(append_from_pb(append(3, None, vec![blank(1, 0), blank(1, 1)])).is_ok());
+        assert!(append_from_pb_any(append(3, Some((1, 4)), vec![blank(1, 5), blank(3, 6)])).is_ok());
+        assert!(append_from_pb_any(append(3, None, vec![blank(1, 0), blank(1, 1)])).is_ok());
         // A gap, a repeat, a term going back or past the vote's: refused.
-        assert!(append_from_pb(append(3, Some((1, 4)), vec![blank(1, 6)])).is_err());
-        assert!(append_from_pb(append(3, Some((1, 4)), vec![blank(1, 5), blank(1, 5)])).is_err());
-        assert!(append_from_pb(append(3, Some((2, 4)), vec![blank(1, 5)])).is_err());
-        assert!(append_from_pb(append(3, Some((1, 4)), vec![blank(4, 5)])).is_err());
+        assert!(append_from_pb_any(append(3, Some((1, 4)), vec![blank(1, 6)])).is_err());
+        assert!(append_from_pb_any(append(3, Some((1, 4)), vec![blank(1, 5), blank(1, 5)])).is_err());
+        assert!(append_from_pb_any(append(3, Some((2, 4)), vec![blank(1, 5)])).is_err());
+        assert!(append_from_pb_any(append(3, Some((1, 4)), vec![blank(4, 5)])).is_err());
         // Terms and indexes near u64::MAX, which openraft would add to.
-        assert!(append_from_pb(append(u64::MAX, None, vec![])).is_err());
-        assert!(append_from_pb(append(3, Some((1, u64::MAX)), vec![])).is_err());
+        assert!(append_from_pb_any(append(u64::MAX, None, vec![])).is_err());
+        assert!(append_from_pb_any(append(3, Some((1, u64::MAX)), vec![])).is_err());
+        // An entry whose record would not fit is refused before the store.
+        let big = |len: usize| {
+            let mut e = blank(1, 5);
+            e.payload = vec![0; len].into();
+            append(3, Some((1, 4)), vec![e])
+        };
+        let fits = raftmq_store::record::encoded_len(100) as u64;
+        assert!(append_from_pb(big(100), fits).is_ok());
+        assert!(append_from_pb(big(101), fits).is_err());
         let vote = pb::VoteRequest {
             vote: Some(pb::Vote {
                 term: u64::MAX,
