@@ -184,10 +184,26 @@ pub fn styled_endpoints(addrs: &[String], style: EndpointStyle) -> v2::Endpoints
     e
 }
 
-/// Every queue of every group as v2 message queues.
+/// Most queues one route answer names, over all its groups (64 groups of
+/// 256 queues): the groups come from the NameServers, and without `[tls]`
+/// anyone can announce a group there, so a flood of made-up groups must
+/// not make an answer of millions of queues. This node's group comes
+/// first, so its queues are always named.
+pub const MAX_ROUTE_QUEUES: usize = 16 * 1024;
+
+/// Every queue of every group as v2 message queues, at most
+/// [`MAX_ROUTE_QUEUES`].
 pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues], style: EndpointStyle) -> Vec<v2::MessageQueue> {
     let mut out = Vec::new();
     for g in groups {
+        if out.len() >= MAX_ROUTE_QUEUES {
+            tracing::warn!(
+                topic = topic.name,
+                groups = groups.len(),
+                "a route of more than {MAX_ROUTE_QUEUES} queues: the rest are left out"
+            );
+            break;
+        }
         let all = styled_endpoints(&g.endpoints, style);
         // The official clients refuse a domain-name endpoint of more than
         // one address ("Multiple addresses not allowed in domain schema").
@@ -205,7 +221,8 @@ pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues], style: Endpo
         let accept: Vec<i32> = accepted_types(g.message_type).into_iter().map(|t| t as i32).collect();
         // Counts from other groups come from the NameServers: held to the
         // limit here too, whatever a NameServer let through.
-        for id in 0..g.read_queues.max(g.write_queues).min(MAX_QUEUES) {
+        let room = (MAX_ROUTE_QUEUES - out.len()) as u32;
+        for id in 0..g.read_queues.max(g.write_queues).min(MAX_QUEUES).min(room) {
             let read = id < g.read_queues && g.perm & PERM_READ != 0;
             let write = id < g.write_queues && g.perm & PERM_WRITE != 0;
             let permission = match (read, write) {
@@ -391,6 +408,34 @@ mod tests {
             q[0].broker.as_ref().unwrap().endpoints.as_ref().unwrap().addresses[0]
                 .host
                 .starts_with("ipv4:")
+        );
+    }
+
+    #[test]
+    fn a_flood_of_announced_groups_makes_a_bounded_route_led_by_this_group() {
+        let group = |i: usize| GroupQueues {
+            group: format!("g{i}"),
+            read_queues: u32::MAX,
+            write_queues: u32::MAX,
+            perm: 6,
+            message_type: TopicMessageType::Normal,
+            endpoints: vec![format!("10.0.0.{}:8081", i % 250)],
+        };
+        let groups: Vec<GroupQueues> = (0..100).map(group).collect();
+        let topic = v2::Resource {
+            resource_namespace: String::new(),
+            name: "T".into(),
+        };
+        let q = message_queues(&topic, &groups, EndpointStyle::AllNodes);
+        assert_eq!(q.len(), MAX_ROUTE_QUEUES);
+        assert_eq!(
+            q[0].broker.as_ref().unwrap().name,
+            "g0",
+            "the first group (this node's) leads"
+        );
+        assert_eq!(
+            q.last().unwrap().broker.as_ref().unwrap().name,
+            format!("g{}", MAX_ROUTE_QUEUES / MAX_QUEUES as usize - 1)
         );
     }
 
