@@ -113,6 +113,11 @@ fn speaks_for_itself(caller: Option<u64>, vote: &crate::types::Vote) -> Result<(
     }
 }
 
+/// Longest wait for the next chunk of a snapshot being received (the
+/// sender streams them back to back): one install at a time, so a sender
+/// that stalls must not keep the slot.
+const SNAPSHOT_CHUNK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How long a ReadIndex may wait for a quorum's heartbeat answers.
 const READ_INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -187,7 +192,12 @@ impl raft_server::Raft for RaftService {
             .map_err(|_| Status::unavailable("another snapshot is being received; retry"))?;
         use pb::snapshot_chunk::Chunk;
         let mut chunks = request.into_inner();
-        let header = match chunks.next().await {
+        // A sender that stalls gives up the one install slot.
+        let stalled = || Status::deadline_exceeded(format!("no snapshot chunk for {SNAPSHOT_CHUNK_WAIT:?}"));
+        let header = match tokio::time::timeout(SNAPSHOT_CHUNK_WAIT, chunks.next())
+            .await
+            .map_err(|_| stalled())?
+        {
             Some(Ok(pb::SnapshotChunk {
                 chunk: Some(Chunk::Header(h)),
             })) => h,
@@ -212,7 +222,10 @@ impl raft_server::Raft for RaftService {
         // Grows as data arrives: the announced length is not trusted for an
         // allocation up front.
         let mut data = Vec::new();
-        while let Some(chunk) = chunks.next().await {
+        while let Some(chunk) = tokio::time::timeout(SNAPSHOT_CHUNK_WAIT, chunks.next())
+            .await
+            .map_err(|_| stalled())?
+        {
             match chunk?.chunk {
                 Some(Chunk::Data(d)) if (data.len() + d.len()) as u64 <= header.total_len => data.extend_from_slice(&d),
                 Some(Chunk::Data(_)) => return Err(bad("snapshot data longer than announced")),
