@@ -81,6 +81,11 @@ pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
 /// Reads that walk the store (by key or time, queue reads for the CLI)
 /// running at once, off the async workers; more wait their turn.
 const CONCURRENT_SCANS: usize = 4;
+/// Most queues over all of a group's topics: a tenth below what a snapshot
+/// may list ([`raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES`], which a
+/// follower checks before installing one), leaving room for the retry and
+/// dead-letter queues groups make.
+pub const MAX_GROUP_QUEUES: u64 = raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES as u64 / 10 * 9;
 
 pub struct Broker {
     pub node: Arc<RaftNode>,
@@ -425,14 +430,29 @@ impl Broker {
                 "perm must be 2 (write), 4 (read) or 6 (both)".into(),
             ));
         }
-        let (exists, topics) = self
-            .node
-            .sm
-            .with_metadata(|m| (m.topics.contains_key(&t.name), m.topics.len()));
+        let (exists, topics, other_queues) = self.node.sm.with_metadata(|m| {
+            let queues: u64 = m
+                .topics
+                .values()
+                .filter(|o| o.name != t.name)
+                .map(|o| u64::from(o.read_queues.max(o.write_queues)))
+                .sum();
+            (m.topics.contains_key(&t.name), m.topics.len(), queues)
+        });
         if !exists && topics >= self.cfg.limits.max_topics {
             return Err(BrokerError::Refused(
                 Code::Forbidden,
                 format!("this broker group keeps {topics} topics, its limit (limits.max_topics): delete unused ones"),
+            ));
+        }
+        let queues = other_queues + u64::from(t.read_queues.max(t.write_queues));
+        if queues > MAX_GROUP_QUEUES {
+            return Err(BrokerError::Refused(
+                Code::Forbidden,
+                format!(
+                    "this broker group would keep {queues} queues, more than {MAX_GROUP_QUEUES} \
+                     (a follower could not install a snapshot listing them): use fewer queues"
+                ),
             ));
         }
         let cmd = raftmq_raft::Command::admin(&AdminCommand::PutTopic(t));

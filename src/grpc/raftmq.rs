@@ -310,9 +310,12 @@ impl broker_server::Broker for BrokerService {
         request: Request<pb::GetTopicRequest>,
     ) -> Result<Response<pb::TopicStatusResponse>, Status> {
         self.allow_named(&request).await?;
+        let name = request.into_inner().name;
+        // Reads the last message of every queue: off the async workers.
         let queues = self
             .broker
-            .topic_status(&request.into_inner().name)?
+            .scan(false, move |b| b.topic_status(&name))
+            .await?
             .into_iter()
             .map(|q| pb::QueueStatus {
                 queue: q.queue,
