@@ -33,6 +33,7 @@ use raftmq_raft::tls::{NodeIdentity, PeerInfo};
 use tonic::metadata::MetadataMap;
 
 use crate::broker::Broker;
+use crate::broker::clients::Owner;
 use crate::client::credentials::Signed;
 use crate::error::BrokerError;
 use crate::proto::rocketmq::v2::Code;
@@ -58,6 +59,15 @@ impl Caller {
             Caller::Member(id) => Some(format!("node:{}/{}", id.group, id.node)),
             Caller::User { name, .. } => Some(name.clone()),
         }
+    }
+}
+
+/// Who a call's client id belongs to: its address, and the caller that the
+/// v2 service's access check left in its extensions (none with ACL off).
+pub fn owner_of<T>(r: &tonic::Request<T>) -> Owner {
+    Owner {
+        ip: PeerInfo::ip(r),
+        user: r.extensions().get::<Caller>().and_then(Caller::user),
     }
 }
 

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use crate::broker::auth::Caller;
 use crate::error::BrokerError;
 use crate::proto::rocketmq::v2;
 use crate::proto::rocketmq::v2::Code;
@@ -50,24 +49,13 @@ pub struct Subscription {
     pub expression: String,
 }
 
-/// Who a client id belongs to.
+/// Who a client id belongs to (see [`crate::broker::auth::owner_of`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owner {
     /// The address it speaks from (none: a caller tonic could not name).
     pub ip: Option<IpAddr>,
     /// The user it authenticated as, under ACL (a member node: `node:<group>/<id>`).
     pub user: Option<String>,
-}
-
-impl Owner {
-    /// The owner of a call: its address, and the caller that
-    /// [`crate::grpc::rocketmq`]'s access check left in its extensions.
-    pub fn of<T>(r: &tonic::Request<T>) -> Owner {
-        Owner {
-            ip: raftmq_raft::tls::PeerInfo::ip(r),
-            user: r.extensions().get::<Caller>().and_then(Caller::user),
-        }
-    }
 }
 
 /// Sends server commands down a client's Telemetry stream.

@@ -339,6 +339,10 @@ pub struct Delivery<'a> {
     pub receipt_handle: Option<String>,
     pub attempt: Option<u32>,
     pub invisible: Option<Duration>,
+    /// The stored bytes the message was parsed from, when the caller holds
+    /// them as [`Bytes`]: the body then shares them instead of being
+    /// copied again.
+    pub stored: Option<&'a Bytes>,
 }
 
 /// The delivered form of a stored message.
@@ -386,7 +390,21 @@ pub fn outgoing(v: &MessageView<'_>, d: &Delivery<'_>) -> v2::Message {
         }),
         user_properties: user,
         system_properties: Some(sp),
-        body: Bytes::copy_from_slice(v.body),
+        body: shared_body(v.body, d.stored),
+    }
+}
+
+/// `body` as [`Bytes`]: a view of `stored` when it lies inside it, else a
+/// copy.
+fn shared_body(body: &[u8], stored: Option<&Bytes>) -> Bytes {
+    match stored {
+        Some(s)
+            if s.as_ptr_range().start <= body.as_ptr_range().start
+                && body.as_ptr_range().end <= s.as_ptr_range().end =>
+        {
+            s.slice_ref(body)
+        }
+        _ => Bytes::copy_from_slice(body),
     }
 }
 
@@ -477,6 +495,7 @@ mod tests {
         assert_eq!((out.topic.as_str(), out.queue_id), ("T", 2));
         let mut bytes = Vec::new();
         out.message.encode(99, &mut bytes);
+        let bytes = Bytes::from(bytes);
         let (view, _) = MessageView::parse(&bytes).unwrap();
         let d = Delivery {
             topic: "T",
@@ -487,8 +506,15 @@ mod tests {
             receipt_handle: Some("r".into()),
             attempt: Some(1),
             invisible: None,
+            stored: Some(&bytes),
         };
         let m = outgoing(&view, &d);
+        // The body is a view of the stored bytes, not a copy.
+        assert!(bytes.as_ptr_range().contains(&m.body.as_ptr()));
+        assert_eq!(m.body, view.body);
+        // Bytes the view does not lie in are copied.
+        let elsewhere = Bytes::from_static(b"unrelated");
+        assert_eq!(shared_body(view.body, Some(&elsewhere)), view.body);
         let sp = m.system_properties.unwrap();
         assert_eq!(m.user_properties.len(), 1);
         assert_eq!(sp.message_group.as_deref(), Some("g1"));

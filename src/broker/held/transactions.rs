@@ -171,6 +171,7 @@ pub fn check_locally(broker: &Broker, topic: &str, id: HeldId, view: &MessageVie
             receipt_handle: None,
             attempt: None,
             invisible: None,
+            stored: None,
         },
     );
     let cmd = v2::TelemetryCommand {

@@ -27,7 +27,7 @@ pub(super) async fn receive_message(
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
     // Counted where the client sent it, not again where it was forwarded.
     let counted = !crate::grpc::is_forwarded(request.metadata());
-    let owner = crate::broker::clients::Owner::of(&request);
+    let owner = crate::broker::auth::owner_of(&request);
     // Held while the receive waits, here and (forwarded) on the leader.
     let out = match svc.broker.long_polls.acquire(&client) {
         Ok(_slot) => {
@@ -64,7 +64,7 @@ pub(super) async fn ack_message(
     let n = request.get_ref().entries.len();
     let client = crate::grpc::header(request.metadata(), CLIENT_ID).to_string();
     let counted = !crate::grpc::is_forwarded(request.metadata());
-    let owner = crate::broker::clients::Owner::of(&request);
+    let owner = crate::broker::auth::owner_of(&request);
     let out = svc
         .on_leader(
             request,
@@ -283,6 +283,7 @@ async fn receive_local(
                 receipt_handle: Some(d.receipt),
                 attempt: Some(d.attempt),
                 invisible: Some(invisible),
+                stored: Some(&d.bytes),
             },
         );
         count += 1;

@@ -248,6 +248,7 @@ fn pulled(view: &MessageView<'_>, topic: &str, namespace: &str, queue_id: u32, o
             receipt_handle: None,
             attempt: None,
             invisible: None,
+            stored: None,
         },
     )
 }

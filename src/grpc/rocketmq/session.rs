@@ -29,7 +29,7 @@ pub(super) async fn heartbeat(
     let id = header(request.metadata(), CLIENT_ID).to_string();
     let language = header(request.metadata(), LANGUAGE).to_string();
     let version = header(request.metadata(), CLIENT_VERSION).to_string();
-    let owner = Owner::of(&request);
+    let owner = crate::broker::auth::owner_of(&request);
     let req = request.into_inner();
     let group = req.group.map(|g| g.name);
     let client_type = v2::ClientType::try_from(req.client_type).unwrap_or(v2::ClientType::Unspecified);
@@ -220,7 +220,7 @@ pub(super) async fn notify_client_termination(
     request: Request<v2::NotifyClientTerminationRequest>,
 ) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
     let id = header(request.metadata(), CLIENT_ID).to_string();
-    let gone = svc.broker.clients.remove(&id, &Owner::of(&request));
+    let gone = svc.broker.clients.remove(&id, &crate::broker::auth::owner_of(&request));
     Ok(Response::new(v2::NotifyClientTerminationResponse {
         status: Some(gone.map_or_else(|e| e.v2_status(), |()| ok())),
     }))
