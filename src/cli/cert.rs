@@ -30,6 +30,9 @@ pub enum CertCommand {
         /// The CA's common name.
         #[arg(long, default_value = "raftmq CA")]
         name: String,
+        /// Days the CA is valid for (its leaves cannot outlive it).
+        #[arg(long, default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..=36500))]
+        days: u32,
     },
     /// Sign a leaf with DIR/ca.pem and DIR/ca.key: DIR/NAME.pem (`[tls]
     /// cert`) and DIR/NAME.key (`[tls] key`, owner-only).
@@ -47,12 +50,16 @@ pub enum CertCommand {
         /// For a broker node: GROUP/NODE_ID (its broker group and node_id).
         #[arg(long)]
         member: Option<String>,
+        /// Days the certificate is valid for; `[tls]` picks up a renewed
+        /// file without a restart (reload_check_ms).
+        #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=36500))]
+        days: u32,
     },
 }
 
 pub fn run(cmd: CertCommand) -> anyhow::Result<()> {
     match cmd {
-        CertCommand::Ca { dir, name } => {
+        CertCommand::Ca { dir, name, days } => {
             let (cert, key) = (dir.join("ca.pem"), dir.join("ca.key"));
             if cert.exists() || key.exists() {
                 anyhow::bail!(
@@ -61,7 +68,7 @@ pub fn run(cmd: CertCommand) -> anyhow::Result<()> {
                 );
             }
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-            let ca = Ca::new(&name).map_err(anyhow::Error::msg)?;
+            let ca = Ca::valid_for(&name, Some(days)).map_err(anyhow::Error::msg)?;
             write_pair(&cert, &key, ca.pem())?;
             println!("wrote {} and {}", cert.display(), key.display());
         }
@@ -70,6 +77,7 @@ pub fn run(cmd: CertCommand) -> anyhow::Result<()> {
             name,
             hosts,
             member,
+            days,
         } => {
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) || name == "ca"
             {
@@ -79,7 +87,12 @@ pub fn run(cmd: CertCommand) -> anyhow::Result<()> {
             let ca = load_ca(&dir)?;
             let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
             let pem = ca
-                .leaf(&name, &hosts, member.as_ref().map(|(g, n)| (g.as_str(), *n)))
+                .leaf_valid_for(
+                    &name,
+                    &hosts,
+                    member.as_ref().map(|(g, n)| (g.as_str(), *n)),
+                    Some(days),
+                )
                 .map_err(anyhow::Error::msg)?;
             let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
             write_pair(&cert, &key, &pem)?;
@@ -146,12 +159,14 @@ mod tests {
         run(CertCommand::Ca {
             dir: d.clone(),
             name: "test CA".into(),
+            days: 10,
         })
         .unwrap();
         assert!(
             run(CertCommand::Ca {
                 dir: d.clone(),
-                name: "again".into()
+                name: "again".into(),
+                days: 10,
             })
             .is_err(),
             "a second CA would orphan the first one's leaves"
@@ -161,6 +176,7 @@ mod tests {
             name: "node1".into(),
             hosts: vec!["127.0.0.1".into(), "localhost".into()],
             member: Some("broker-a/1".into()),
+            days: 2,
         })
         .unwrap();
         let material = raftmq_raft::tls::TlsConfig {
@@ -172,7 +188,12 @@ mod tests {
         .load();
         assert!(material.is_ok(), "{:?}", material.err());
         let pem = std::fs::read(d.join("node1.pem")).unwrap();
-        let id = raftmq_raft::tls::identity::of_cert(&first_cert(&pem)).unwrap();
+        let cert = first_cert(&pem);
+        let id = raftmq_raft::tls::identity::of_cert(&cert).unwrap();
+        // Valid from a day ago for the days asked.
+        let (_, x509) = x509_parser::parse_x509_certificate(&cert).unwrap();
+        let days = (x509.validity().not_after.timestamp() - x509.validity().not_before.timestamp()) / 86_400;
+        assert_eq!(days, 3);
         assert_eq!(id.map(|m| (m.group, m.node)), Some(("broker-a".to_string(), 1)));
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(d.join("node1.key")).unwrap().permissions().mode();

@@ -28,11 +28,28 @@ fn err(e: rcgen::Error) -> String {
     format!("certificate generation: {e}")
 }
 
+/// Sets `params` to be valid from a day ago (clocks differ) for `days`
+/// days; `None` keeps rcgen's default (valid until the year 4096), which
+/// `raftmq dev --secure` and the tests use.
+fn validity(params: &mut CertificateParams, days: Option<u32>) {
+    if let Some(days) = days {
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::days(1);
+        params.not_after = now + time::Duration::days(i64::from(days));
+    }
+}
+
 impl Ca {
     /// A new root with a fresh ECDSA P-256 key.
     pub fn new(name: &str) -> Result<Ca, String> {
+        Ca::valid_for(name, None)
+    }
+
+    /// [`Ca::new`], valid for `days` days (`None`: without end).
+    pub fn valid_for(name: &str, days: Option<u32>) -> Result<Ca, String> {
         let key = KeyPair::generate().map_err(err)?;
         let mut params = CertificateParams::default();
+        validity(&mut params, days);
         params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
@@ -61,9 +78,21 @@ impl Ca {
     /// A leaf for `hosts` (DNS names or IP addresses, as dialled), usable
     /// to serve and to call; with `member`, it also names that group's node.
     pub fn leaf(&self, common_name: &str, hosts: &[&str], member: Option<(&str, u64)>) -> Result<Pem, String> {
+        self.leaf_valid_for(common_name, hosts, member, None)
+    }
+
+    /// [`Ca::leaf`], valid for `days` days (`None`: without end).
+    pub fn leaf_valid_for(
+        &self,
+        common_name: &str,
+        hosts: &[&str],
+        member: Option<(&str, u64)>,
+        days: Option<u32>,
+    ) -> Result<Pem, String> {
         let key = KeyPair::generate().map_err(err)?;
         let mut params =
             CertificateParams::new(hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>()).map_err(err)?;
+        validity(&mut params, days);
         params.distinguished_name.push(DnType::CommonName, common_name);
         if let Some((group, node)) = member {
             let uri = super::identity::node_uri(group, node);
