@@ -77,7 +77,10 @@ impl RunningBroker {
             router,
             stopped,
             "client",
-            limits.max_connections,
+            raftmq_raft::serve::Capacity {
+                total: limits.max_connections,
+                per_ip: limits.max_connections_per_ip,
+            },
             tls.clone().map(|material| raftmq_raft::serve::Tls {
                 material,
                 auth: raftmq_raft::tls::ClientAuth::Optional,

@@ -129,6 +129,9 @@ impl NodeConfig {
 /// Connections the Raft port holds at once: peers only, which keep one or
 /// two each.
 pub const RAFT_MAX_CONNECTIONS: usize = 256;
+/// Of which from one address: a peer needs a few (replication, votes,
+/// snapshots, reconnects), several nodes may share a host.
+pub const RAFT_MAX_CONNECTIONS_PER_IP: usize = 64;
 
 pub struct RaftNode {
     pub id: NodeId,
@@ -220,7 +223,17 @@ impl RaftNode {
             material,
             auth: crate::tls::ClientAuth::Required,
         });
-        let server = crate::serve::spawn(listener, router, stopped, "raft transport", RAFT_MAX_CONNECTIONS, tls);
+        let server = crate::serve::spawn(
+            listener,
+            router,
+            stopped,
+            "raft transport",
+            crate::serve::Capacity {
+                total: RAFT_MAX_CONNECTIONS,
+                per_ip: RAFT_MAX_CONNECTIONS_PER_IP,
+            },
+            tls,
+        );
 
         let node = Arc::new(RaftNode {
             id: cfg.node_id,

@@ -44,6 +44,15 @@ pub fn builder(max_streams: u32) -> tonic::transport::Server {
         .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
 }
 
+/// How many connections a port holds at once: `total`, and `per_ip` from
+/// any one address, so that one host cannot take every place. One more is
+/// closed as soon as it is accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct Capacity {
+    pub total: usize,
+    pub per_ip: usize,
+}
+
 /// TLS for a port: the material, and which client certificates it asks for.
 #[derive(Clone)]
 pub struct Tls {
@@ -52,7 +61,7 @@ pub struct Tls {
 }
 
 /// Serves `router` on `listener` until `stop` turns true, holding at most
-/// `max_connections` connections at once, with TLS when `tls` is given.
+/// `capacity` connections at once, with TLS when `tls` is given.
 ///
 /// Accepted sockets get TCP_NODELAY here: tonic's `Server::tcp_nodelay`
 /// does not reach the sockets of a custom incoming stream, and without it
@@ -62,10 +71,10 @@ pub fn spawn(
     router: Router,
     stop: watch::Receiver<bool>,
     what: &'static str,
-    max_connections: usize,
+    capacity: Capacity,
     tls: Option<Tls>,
 ) -> tokio::task::JoinHandle<()> {
-    spawn_wrapped(listener, router, stop, what, max_connections, tls, |c| c)
+    spawn_wrapped(listener, router, stop, what, capacity, tls, |c| c)
 }
 
 /// As [`spawn`], with each accepted connection (decrypted, when TLS) wrapped
@@ -74,7 +83,7 @@ pub fn spawn(
 /// The accept loop is ours, not tonic's: tonic retries a failed accept at
 /// once, which spins a core while the process is out of file descriptors;
 /// here failures back off (10 ms, doubling to 1 s). A connection past
-/// `max_connections` is closed as soon as it is accepted. TLS handshakes
+/// `capacity` is closed as soon as it is accepted. TLS handshakes
 /// run each in its own task, bounded by [`crate::tls::HANDSHAKE_TIMEOUT`],
 /// so a slow or silent peer delays nobody else's connection.
 pub fn spawn_wrapped<IO, F>(
@@ -82,7 +91,7 @@ pub fn spawn_wrapped<IO, F>(
     router: Router,
     mut stop: watch::Receiver<bool>,
     what: &'static str,
-    max_connections: usize,
+    capacity: Capacity,
     tls: Option<Tls>,
     wrap: F,
 ) -> tokio::task::JoinHandle<()>
@@ -95,7 +104,7 @@ where
         listener,
         stop.clone(),
         what,
-        max_connections,
+        capacity,
         tls,
         Arc::new(wrap),
         ready,
@@ -131,7 +140,7 @@ async fn accept_loop<IO, F>(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
     what: &'static str,
-    max_connections: usize,
+    capacity: Capacity,
     tls: Option<Tls>,
     wrap: Arc<F>,
     ready: tokio::sync::mpsc::Sender<Counted<IO>>,
@@ -139,7 +148,8 @@ async fn accept_loop<IO, F>(
     F: Fn(Conn) -> IO + Send + Sync + 'static,
     IO: Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(max_connections));
+    let permits = Arc::new(Semaphore::new(capacity.total));
+    let per_ip = PerIp::new(capacity.per_ip);
     let mut refused = 0u64;
     let failed_handshakes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -162,7 +172,15 @@ async fn accept_loop<IO, F>(
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             if refused.is_multiple_of(1000) {
-                tracing::warn!(%peer, refused = refused + 1, "{what}: {max_connections} connections open, the limit: closing new ones");
+                tracing::warn!(%peer, refused = refused + 1, "{what}: {} connections open, the limit: closing new ones", capacity.total);
+            }
+            refused += 1;
+            drop(s);
+            continue;
+        };
+        let Some(slot) = per_ip.take(peer.ip()) else {
+            if refused.is_multiple_of(1000) {
+                tracing::warn!(%peer, refused = refused + 1, "{what}: {} connections open from {}, the limit per address: closing new ones", capacity.per_ip, peer.ip());
             }
             refused += 1;
             drop(s);
@@ -175,7 +193,7 @@ async fn accept_loop<IO, F>(
         let connect = async move {
             match Conn::accept(s, tls.as_ref().map(|t| (&*t.material, t.auth))).await {
                 Ok(conn) => {
-                    let _ = ready.send(Counted::new(wrap(conn), permit)).await;
+                    let _ = ready.send(Counted::new(wrap(conn), (permit, slot))).await;
                 }
                 Err(e) => {
                     // Port scanners and plaintext clients: said once in a
@@ -191,6 +209,56 @@ async fn accept_loop<IO, F>(
             tokio::spawn(connect);
         } else {
             connect.await;
+        }
+    }
+}
+
+/// Connections per address, counted while they are open.
+#[derive(Clone)]
+struct PerIp {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    max: usize,
+}
+
+/// One connection's place among its address's; given back on drop.
+struct IpSlot {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl PerIp {
+    fn new(max: usize) -> PerIp {
+        PerIp {
+            open: Arc::default(),
+            max,
+        }
+    }
+
+    /// A place for one more connection from `ip`, if it has fewer than the
+    /// limit open.
+    fn take(&self, ip: std::net::IpAddr) -> Option<IpSlot> {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            open: self.open.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            // The map holds only addresses with connections open.
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
         }
     }
 }
@@ -216,16 +284,16 @@ const PREFACE_LEN: usize = 24;
 /// place with it).
 struct Counted<IO> {
     inner: IO,
-    _permit: OwnedSemaphorePermit,
+    _places: (OwnedSemaphorePermit, IpSlot),
     /// Until the preface is in: its deadline, and the bytes seen so far.
     preface: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
 }
 
 impl<IO> Counted<IO> {
-    fn new(inner: IO, permit: OwnedSemaphorePermit) -> Counted<IO> {
+    fn new(inner: IO, places: (OwnedSemaphorePermit, IpSlot)) -> Counted<IO> {
         Counted {
             inner,
-            _permit: permit,
+            _places: places,
             preface: Some((Box::pin(tokio::time::sleep(PREFACE_TIMEOUT)), 0)),
         }
     }
@@ -299,7 +367,26 @@ mod tests {
     use super::*;
 
     fn counted(io: tokio::io::DuplexStream) -> Counted<tokio::io::DuplexStream> {
-        Counted::new(io, Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap())
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let slot = PerIp::new(1).take([127, 0, 0, 1].into()).unwrap();
+        Counted::new(io, (permit, slot))
+    }
+
+    #[test]
+    fn each_address_has_its_own_places() {
+        let per_ip = PerIp::new(2);
+        let (a, b): (std::net::IpAddr, std::net::IpAddr) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+        let first = per_ip.take(a).unwrap();
+        let _second = per_ip.take(a).unwrap();
+        assert!(per_ip.take(a).is_none(), "a third from one address");
+        let _other = per_ip.take(b).expect("another address has its own");
+        drop(first);
+        let _again = per_ip.take(a).expect("a closed connection gives its place back");
+        drop((_second, _again, _other));
+        assert!(
+            per_ip.open.lock().unwrap().is_empty(),
+            "nothing kept for addresses with none open"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,6 +14,9 @@ pub struct LimitsConfig {
     /// TCP connections the client port holds at once; one more is closed
     /// as soon as it is accepted.
     pub max_connections: usize,
+    /// Of which from one IP address, so that one host cannot take every
+    /// place (clients behind one NAT share an address: keep it generous).
+    pub max_connections_per_ip: usize,
     /// Concurrent HTTP/2 streams per client connection (a consumer keeps
     /// one long poll per queue it is assigned, all on one connection).
     pub max_streams_per_connection: u32,
@@ -60,6 +63,7 @@ impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             max_connections: 4096,
+            max_connections_per_ip: 1024,
             max_streams_per_connection: 1024,
             max_clients: 65_536,
             max_long_polls: 16_384,
@@ -80,6 +84,7 @@ impl LimitsConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
             ("max_connections", self.max_connections),
+            ("max_connections_per_ip", self.max_connections_per_ip),
             ("max_streams_per_connection", self.max_streams_per_connection as usize),
             ("max_clients", self.max_clients),
             ("max_long_polls", self.max_long_polls),

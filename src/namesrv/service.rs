@@ -110,6 +110,8 @@ impl NameServer for NamesrvService {
 /// Connections the NameServer port holds at once (every broker node keeps
 /// one, every client one per NameServer it asks).
 pub const MAX_CONNECTIONS: usize = 4096;
+/// Of which from one address (clients behind one NAT share one).
+pub const MAX_CONNECTIONS_PER_IP: usize = 1024;
 
 pub struct RunningNamesrv {
     pub addr: std::net::SocketAddr,
@@ -175,7 +177,17 @@ impl RunningNamesrv {
             material,
             auth: raftmq_raft::tls::ClientAuth::Optional,
         });
-        let server = raftmq_raft::serve::spawn(listener, router, stopped, "nameserver", MAX_CONNECTIONS, tls);
+        let server = raftmq_raft::serve::spawn(
+            listener,
+            router,
+            stopped,
+            "nameserver",
+            raftmq_raft::serve::Capacity {
+                total: MAX_CONNECTIONS,
+                per_ip: MAX_CONNECTIONS_PER_IP,
+            },
+            tls,
+        );
         tracing::info!(%addr, "nameserver started");
         Ok(RunningNamesrv { addr, stop, server })
     }
