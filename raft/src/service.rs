@@ -118,6 +118,10 @@ fn speaks_for_itself(caller: Option<u64>, vote: &crate::types::Vote) -> Result<(
 /// that stalls must not keep the slot.
 const SNAPSHOT_CHUNK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The slowest a snapshot may come, in bytes per second, on top of
+/// [`SNAPSHOT_CHUNK_WAIT`] (256 MiB, the most, in about 4.5 minutes).
+const SNAPSHOT_MIN_RATE: u64 = 1 << 20;
+
 /// How long a ReadIndex may wait for a quorum's heartbeat answers.
 const READ_INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -222,11 +226,25 @@ impl raft_server::Raft for RaftService {
         // Grows as data arrives: the announced length is not trusted for an
         // allocation up front.
         let mut data = Vec::new();
-        while let Some(chunk) = tokio::time::timeout(SNAPSHOT_CHUNK_WAIT, chunks.next())
-            .await
-            .map_err(|_| stalled())?
-        {
+        // A trickle of tiny chunks would keep each wait short: the whole
+        // stream must also come at a floor rate.
+        let deadline = tokio::time::Instant::now()
+            + SNAPSHOT_CHUNK_WAIT
+            + std::time::Duration::from_secs(header.total_len / SNAPSHOT_MIN_RATE);
+        let slow =
+            || Status::deadline_exceeded(format!("a snapshot must come at {SNAPSHOT_MIN_RATE} bytes/s at least"));
+        loop {
+            let wait = SNAPSHOT_CHUNK_WAIT.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            let next = tokio::time::timeout(wait, chunks.next()).await.map_err(|_| {
+                if tokio::time::Instant::now() >= deadline {
+                    slow()
+                } else {
+                    stalled()
+                }
+            })?;
+            let Some(chunk) = next else { break };
             match chunk?.chunk {
+                Some(Chunk::Data(d)) if d.is_empty() => return Err(bad("an empty snapshot chunk")),
                 Some(Chunk::Data(d)) if (data.len() + d.len()) as u64 <= header.total_len => data.extend_from_slice(&d),
                 Some(Chunk::Data(_)) => return Err(bad("snapshot data longer than announced")),
                 _ => return Err(bad("a snapshot has one header")),
