@@ -84,7 +84,7 @@ const CONCURRENT_SCANS: usize = 4;
 /// Most queues over all of a group's topics: a tenth below what a snapshot
 /// may list ([`raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES`], which a
 /// follower checks before installing one), leaving room for the retry and
-/// dead-letter queues groups make.
+/// dead-letter queues groups make after the check.
 pub const MAX_GROUP_QUEUES: u64 = raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES as u64 / 10 * 9;
 
 pub struct Broker {
@@ -430,23 +430,38 @@ impl Broker {
                 "perm must be 2 (write), 4 (read) or 6 (both)".into(),
             ));
         }
-        let (exists, topics, other_queues) = self.node.sm.with_metadata(|m| {
-            let queues: u64 = m
+        // A snapshot lists every queue in the store, which may be more than
+        // a topic's config says (shrinking a topic deletes no queue).
+        let stored = self.node.store.queues().counts();
+        let in_store = |name: &str| stored.get(name).copied().unwrap_or(0) as u64;
+        let (old, topics, others) = self.node.sm.with_metadata(|m| {
+            let configured: u64 = m
                 .topics
                 .values()
                 .filter(|o| o.name != t.name)
-                .map(|o| u64::from(o.read_queues.max(o.write_queues)))
+                .map(|o| u64::from(o.read_queues.max(o.write_queues)).max(in_store(&o.name)))
                 .sum();
-            (m.topics.contains_key(&t.name), m.topics.len(), queues)
+            // Queues of no configured topic (retry and dead-letter ones).
+            let unlisted: u64 = stored
+                .iter()
+                .filter(|(name, _)| **name != t.name && !m.topics.contains_key(*name))
+                .map(|(_, &n)| n as u64)
+                .sum();
+            let others = configured + unlisted;
+            let old = m.topics.get(&t.name).map(|o| o.read_queues.max(o.write_queues));
+            (old, m.topics.len(), others)
         });
-        if !exists && topics >= self.cfg.limits.max_topics {
+        if old.is_none() && topics >= self.cfg.limits.max_topics {
             return Err(BrokerError::Refused(
                 Code::Forbidden,
                 format!("this broker group keeps {topics} topics, its limit (limits.max_topics): delete unused ones"),
             ));
         }
-        let queues = other_queues + u64::from(t.read_queues.max(t.write_queues));
-        if queues > MAX_GROUP_QUEUES {
+        let wanted = t.read_queues.max(t.write_queues);
+        let queues = others + u64::from(wanted).max(in_store(&t.name));
+        // Only growth is refused: a group over the bound may still shrink
+        // a topic or change its perm.
+        if queues > MAX_GROUP_QUEUES && old.is_none_or(|o| wanted > o) {
             return Err(BrokerError::Refused(
                 Code::Forbidden,
                 format!(

@@ -161,6 +161,15 @@ impl QueueTable {
             .collect()
     }
 
+    /// How many queues each topic has in the store (a snapshot lists them
+    /// all, whatever the topics' configs say now).
+    pub fn counts(&self) -> std::collections::HashMap<String, usize> {
+        self.read()
+            .iter()
+            .map(|(topic, ids)| (topic.clone(), ids.len()))
+            .collect()
+    }
+
     /// Applies `f` to every queue; all are visited, the first error is
     /// returned.
     fn for_each(&self, f: impl Fn(&ConsumeQueue) -> Result<()>) -> Result<()> {
