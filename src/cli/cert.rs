@@ -30,7 +30,8 @@ pub enum CertCommand {
         /// The CA's common name.
         #[arg(long, default_value = "raftmq CA")]
         name: String,
-        /// Days the CA is valid for (its leaves cannot outlive it).
+        /// Days the CA is valid for (the leaves it signs end with it at the
+        /// latest).
         #[arg(long, default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..=36500))]
         days: u32,
     },
@@ -194,6 +195,21 @@ mod tests {
         let (_, x509) = x509_parser::parse_x509_certificate(&cert).unwrap();
         let days = (x509.validity().not_after.timestamp() - x509.validity().not_before.timestamp()) / 86_400;
         assert_eq!(days, 3);
+        // A leaf asked to outlive its CA ends with it.
+        run(CertCommand::Issue {
+            dir: d.clone(),
+            name: "node2".into(),
+            hosts: vec!["127.0.0.1".into()],
+            member: Some("broker-a/2".into()),
+            days: 365,
+        })
+        .unwrap();
+        let end = |name: &str| {
+            let cert = first_cert(&std::fs::read(d.join(name)).unwrap());
+            let (_, x509) = x509_parser::parse_x509_certificate(&cert).unwrap();
+            x509.validity().not_after.timestamp()
+        };
+        assert_eq!(end("node2.pem"), end("ca.pem"));
         assert_eq!(id.map(|m| (m.group, m.node)), Some(("broker-a".to_string(), 1)));
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(d.join("node1.key")).unwrap().permissions().mode();

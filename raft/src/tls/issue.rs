@@ -22,6 +22,8 @@ pub struct Pem {
 pub struct Ca {
     pem: Pem,
     issuer: Issuer<'static, KeyPair>,
+    /// When the CA expires: no leaf it signs outlives it.
+    not_after: time::OffsetDateTime,
 }
 
 fn err(e: rcgen::Error) -> String {
@@ -39,6 +41,16 @@ fn validity(params: &mut CertificateParams, days: Option<u32>) {
     }
 }
 
+/// When the certificate in `pem` expires.
+fn expiry(pem: &str) -> Result<time::OffsetDateTime, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let der = CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| format!("the CA certificate: {e}"))?;
+    let (_, x509) = x509_parser::parse_x509_certificate(&der).map_err(|e| format!("the CA certificate: {e}"))?;
+    time::OffsetDateTime::from_unix_timestamp(x509.validity().not_after.timestamp())
+        .map_err(|e| format!("the CA certificate's expiry: {e}"))
+}
+
 impl Ca {
     /// A new root with a fresh ECDSA P-256 key.
     pub fn new(name: &str) -> Result<Ca, String> {
@@ -54,20 +66,23 @@ impl Ca {
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let cert = params.self_signed(&key).map_err(err)?;
+        let not_after = params.not_after;
         Ok(Ca {
             pem: Pem {
                 cert: cert.pem(),
                 key: key.serialize_pem(),
             },
             issuer: Issuer::new(params, key),
+            not_after,
         })
     }
 
     /// A CA made before, from its certificate and key (PEM).
     pub fn load(pem: Pem) -> Result<Ca, String> {
         let key = KeyPair::from_pem(&pem.key).map_err(err)?;
+        let not_after = expiry(&pem.cert)?;
         let issuer = Issuer::from_ca_cert_pem(&pem.cert, key).map_err(err)?;
-        Ok(Ca { pem, issuer })
+        Ok(Ca { pem, issuer, not_after })
     }
 
     /// The root certificate (what clients trust) and its key.
@@ -89,10 +104,14 @@ impl Ca {
         member: Option<(&str, u64)>,
         days: Option<u32>,
     ) -> Result<Pem, String> {
+        if self.not_after <= time::OffsetDateTime::now_utc() {
+            return Err(format!("the CA expired on {}: make a new one", self.not_after.date()));
+        }
         let key = KeyPair::generate().map_err(err)?;
         let mut params =
             CertificateParams::new(hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>()).map_err(err)?;
         validity(&mut params, days);
+        params.not_after = params.not_after.min(self.not_after);
         params.distinguished_name.push(DnType::CommonName, common_name);
         if let Some((group, node)) = member {
             let uri = super::identity::node_uri(group, node);
