@@ -237,6 +237,7 @@ impl PerIp {
     /// A place for one more connection from `ip`, if it has fewer than the
     /// limit open.
     fn take(&self, ip: std::net::IpAddr) -> Option<IpSlot> {
+        let ip = host_of(ip);
         let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let n = open.entry(ip).or_insert(0);
         if *n >= self.max {
@@ -247,6 +248,19 @@ impl PerIp {
             open: self.open.clone(),
             ip,
         })
+    }
+}
+
+/// The address a connection counts against: an IPv4 address as it is (also
+/// when it comes IPv4-mapped), an IPv6 one by its /64, which one host
+/// usually has whole.
+fn host_of(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.into(),
+            None => std::net::Ipv6Addr::from(v6.to_bits() & !((1u128 << 64) - 1)).into(),
+        },
+        v4 => v4,
     }
 }
 

@@ -197,11 +197,17 @@ pub fn message_queues(topic: &v2::Resource, groups: &[GroupQueues], style: Endpo
     let mut out = Vec::new();
     for g in groups {
         if out.len() >= MAX_ROUTE_QUEUES {
-            tracing::warn!(
-                topic = topic.name,
-                groups = groups.len(),
-                "a route of more than {MAX_ROUTE_QUEUES} queues: the rest are left out"
-            );
+            // Said now and then, not on every route query of a flood.
+            static CUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = CUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n.is_multiple_of(1000) {
+                tracing::warn!(
+                    topic = topic.name,
+                    groups = groups.len(),
+                    cut = n + 1,
+                    "a route of more than {MAX_ROUTE_QUEUES} queues: the rest are left out"
+                );
+            }
             break;
         }
         let all = styled_endpoints(&g.endpoints, style);
