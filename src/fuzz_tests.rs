@@ -93,6 +93,60 @@ fn seal() -> Seal {
     Seal::new(GroupSecret::from_bytes([9; 32]))
 }
 
+/// One thing that happens to a NameServer's registry.
+#[derive(Debug, Clone)]
+enum RegistryStep {
+    Beat(pb::BrokerHeartbeat, Option<std::net::IpAddr>),
+    Unregister(String, String, u64, Option<std::net::IpAddr>),
+    Expire(u64),
+}
+
+fn registry_step() -> impl Strategy<Value = RegistryStep> {
+    let name =
+        |names: &'static [&'static str]| prop_oneof![proptest::sample::select(names).prop_map(str::to_string), text(8)];
+    let node = prop_oneof![0u64..20, Just(u64::MAX)];
+    let from = proptest::option::of(prop_oneof![
+        Just(std::net::IpAddr::from([10, 0, 0, 1])),
+        Just(std::net::IpAddr::from([10, 0, 0, 2])),
+    ]);
+    let beat = (
+        name(&["c1", "c2"]),
+        name(&["g1", "g2", "g3"]),
+        node.clone(),
+        name(&["leader", "follower", "learner", "candidate"]),
+        any::<u64>(),
+        name(&["10.0.0.1:8081", "10.0.0.2:8081", "b-0.b:8081"]),
+        proptest::collection::vec(topic_data(), 0..3),
+        any::<u64>(),
+        from.clone(),
+    )
+        .prop_map(
+            |(cluster, group, node_id, role, term, addr, topics, applied_index, from)| {
+                RegistryStep::Beat(
+                    pb::BrokerHeartbeat {
+                        cluster,
+                        group,
+                        node_id,
+                        role,
+                        term,
+                        client_addr: addr.clone(),
+                        raft_addr: addr,
+                        applied_index,
+                        topics,
+                        ..Default::default()
+                    },
+                    from,
+                )
+            },
+        );
+    prop_oneof![
+        6 => beat,
+        1 => (name(&["c1"]), name(&["g1", "g2"]), node, from)
+            .prop_map(|(c, g, n, f)| RegistryStep::Unregister(c, g, n, f)),
+        1 => (0u64..200).prop_map(RegistryStep::Expire),
+    ]
+}
+
 proptest! {
     /// A NameServer heartbeat: what passes builds bounded routes.
     #[test]
@@ -113,6 +167,43 @@ proptest! {
             for t in &hb.topics {
                 prop_assert!(t.read_queues <= MAX_QUEUES && t.write_queues <= MAX_QUEUES);
             }
+        }
+    }
+
+    /// Heartbeats (validated first, as the service does), unregistrations
+    /// and expiries in any order: the registry never panics, and every
+    /// route it answers stays within its bounds, with one leader at most
+    /// per group.
+    #[test]
+    fn registry_sequences(steps in proptest::collection::vec(registry_step(), 0..24)) {
+        let mut r = registry::Registry::default();
+        let t0 = std::time::Instant::now();
+        for (i, step) in steps.into_iter().enumerate() {
+            let now = t0 + std::time::Duration::from_secs(i as u64 * 10);
+            match step {
+                RegistryStep::Beat(hb, from) => {
+                    if registry::validate(&hb).is_ok() {
+                        let _ = r.heartbeat(hb, from, now);
+                    }
+                }
+                RegistryStep::Unregister(c, g, n, from) => {
+                    let _ = r.unregister(&c, &g, n, from);
+                }
+                RegistryStep::Expire(secs) => {
+                    r.expire(now, std::time::Duration::from_secs(secs));
+                }
+            }
+            for topic in r.topic_names() {
+                let Some(route) = r.route(&topic) else { continue };
+                prop_assert!(route.groups.len() <= registry::MAX_GROUPS);
+                for g in &route.groups {
+                    let q = g.queues.as_ref().expect("a route names its queues");
+                    prop_assert!(q.read_queues <= MAX_QUEUES && q.write_queues <= MAX_QUEUES);
+                    prop_assert!(g.nodes.len() <= registry::MAX_NODES_PER_GROUP);
+                    prop_assert!(g.nodes.iter().filter(|n| n.leader).count() <= 1);
+                }
+            }
+            let _ = r.cluster_info(now);
         }
     }
 
