@@ -10,7 +10,8 @@
 //! needs a Super user); it authenticates every call and, for the cluster
 //! rows, authorizes it too. The topic and group rows need the decoded
 //! request, so their handlers call `BrokerService::allow` with the
-//! request's [`Named::checks`].
+//! request's [`Named::checks`], against the caller the gate left in the
+//! request's extensions (authenticated once).
 //!
 //! | methods | needs |
 //! |---------|-------|
@@ -42,7 +43,7 @@ use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
 
 use crate::broker::Broker;
-use crate::broker::auth::{AuthError, CallInfo};
+use crate::broker::auth::{AuthError, CallInfo, Caller};
 use crate::proto::pb;
 
 /// What a method needs of its caller, as far as the gate can tell.
@@ -94,9 +95,9 @@ fn on(kind: ResourceType, name: &str, actions: &'static [Action]) -> Check {
     }
 }
 
-const GET: &[Action] = &[Action::Get];
+pub const GET: &[Action] = &[Action::Get];
 const CREATE_OR_UPDATE: &[Action] = &[Action::Create, Action::Update];
-const DELETE: &[Action] = &[Action::Delete];
+pub const DELETE: &[Action] = &[Action::Delete];
 
 impl Named for pb::SendRequest {
     fn checks(&self, _: &str) -> Vec<Check> {
@@ -136,15 +137,10 @@ impl Named for pb::DeleteTopicRequest {
 }
 
 /// `GetConsumerGroup` (`Get`) and `DeleteConsumerGroup` (`Delete`) share
-/// a request type, so the handler says which with [`group_checks`].
+/// a request type, so the handler says which ([`GET`] or [`DELETE`]).
 pub fn group_checks(req: &pb::GetConsumerGroupRequest, actions: &'static [Action]) -> Vec<Check> {
     vec![on(ResourceType::Group, &req.name, actions)]
 }
-
-/// What `DeleteConsumerGroup` needs.
-pub const GROUP_DELETE: &[Action] = DELETE;
-/// What `GetConsumerGroup` needs.
-pub const GROUP_GET: &[Action] = GET;
 
 impl Named for pb::GroupProgressRequest {
     fn checks(&self, cluster: &str) -> Vec<Check> {
@@ -202,21 +198,24 @@ impl Gated {
         }
     }
 
-    async fn check(&self, broker: &Broker) -> Result<(), AuthError> {
+    /// The caller, when the method is let through; its handler then
+    /// authorizes what the request names against it (no second
+    /// authentication).
+    async fn check(&self, broker: &Broker) -> Result<Option<Caller>, AuthError> {
         let call = CallInfo {
             metadata: &self.metadata,
             peer: self.peer.as_ref(),
         };
         match &self.need {
-            Need::Authenticated => broker.checked(|| broker.authenticate(&call).map(drop)).await,
-            Need::Admin => broker.checked(|| broker.require_admin(&call)).await,
+            Need::Authenticated => broker.checked(|| broker.authenticate(&call)).await.map(Some),
+            Need::Admin => broker.checked(|| broker.require_admin(&call)).await.map(|()| None),
             Need::Cluster(actions) => {
                 let check = [Check {
                     kind: ResourceType::Cluster,
                     name: broker.cfg.cluster.clone(),
                     actions,
                 }];
-                broker.checked(|| broker.access(&call, &check).map(drop)).await
+                broker.checked(|| broker.access(&call, &check)).await.map(Some)
             }
         }
     }
@@ -241,7 +240,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         if !self.broker.acl_enabled() {
             return Box::pin(self.inner.call(req));
         }
@@ -252,7 +251,12 @@ where
         let gated = Gated::of(&req);
         Box::pin(async move {
             match gated.check(&broker).await {
-                Ok(()) => inner.call(req).await,
+                Ok(caller) => {
+                    if let Some(c) = caller {
+                        req.extensions_mut().insert(c);
+                    }
+                    inner.call(req).await
+                }
                 Err(e) => Ok(tonic::Status::from(e).into_http()),
             }
         })

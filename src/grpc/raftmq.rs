@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::broker::Broker;
-use crate::broker::auth::CallInfo;
+use crate::broker::auth::{CallInfo, Caller};
 use crate::broker::group_admin::ResetTarget;
 use crate::broker::read::StoredMessage;
 use crate::broker::status::NodeStatus;
@@ -67,7 +67,16 @@ impl BrokerService {
             return Ok(());
         }
         let call = CallInfo::of(request);
-        self.broker.checked(|| self.broker.access(&call, checks)).await?;
+        // The gate in front authenticated the caller and left it here.
+        match request.extensions().get::<Caller>() {
+            Some(caller) => {
+                let ip = call.ip();
+                self.broker
+                    .checked(|| self.broker.authorize(caller, checks, ip))
+                    .await?
+            }
+            None => drop(self.broker.checked(|| self.broker.access(&call, checks)).await?),
+        }
         Ok(())
     }
 
@@ -180,7 +189,7 @@ impl broker_server::Broker for BrokerService {
     ) -> Result<Response<pb::ConsumerGroupInfo>, Status> {
         self.allow(
             &request,
-            &admin_access::group_checks(request.get_ref(), admin_access::GROUP_GET),
+            &admin_access::group_checks(request.get_ref(), admin_access::GET),
         )
         .await?;
         let out = self
@@ -289,7 +298,7 @@ impl broker_server::Broker for BrokerService {
     ) -> Result<Response<pb::PutConsumerGroupResponse>, Status> {
         self.allow(
             &request,
-            &admin_access::group_checks(request.get_ref(), admin_access::GROUP_DELETE),
+            &admin_access::group_checks(request.get_ref(), admin_access::DELETE),
         )
         .await?;
         let out = self
