@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use raftmq_raft::acl::{Action, Check, ResourceType};
+use raftmq_raft::acl::ResourceType;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -194,23 +194,22 @@ async fn permitted(
         // Some of it, then: the node is as current as its group now.
         Err(_) => {}
     }
-    let may = |kind: ResourceType, name: &str, actions: &'static [Action]| {
-        let check = Check {
-            kind,
-            name: name.to_string(),
-            actions,
-        };
-        broker.authorize(caller, std::slice::from_ref(&check), peer)
-    };
-    if let Some(v2::settings::PubSub::Subscription(sub)) = &settings.pub_sub {
-        let group = sub.group.as_ref().map_or("", |g| g.name.as_str());
-        may(ResourceType::Group, group, &[Action::Sub])?;
+    // The settings' own checks, one by one: the group's must pass, the
+    // topics that fail are left out.
+    let mut denied = std::collections::HashSet::new();
+    for check in &all {
+        if let Err(e) = broker.authorize(caller, std::slice::from_ref(check), peer) {
+            match check.kind {
+                ResourceType::Topic => drop(denied.insert(check.name.as_str())),
+                _ => return Err(e.into()),
+            }
+        }
     }
     if let Some(topics) = &mut published {
-        topics.retain(|t| may(ResourceType::Topic, t, &[Action::Pub]).is_ok());
+        topics.retain(|t| !denied.contains(t.as_str()));
     }
     if let Some(subs) = &mut subscribed {
-        subs.retain(|s| may(ResourceType::Topic, &s.topic, &[Action::Sub]).is_ok());
+        subs.retain(|s| !denied.contains(s.topic.as_str()));
     }
     Ok((published, subscribed))
 }
