@@ -531,8 +531,10 @@ impl ConsumeQueue {
     }
 
     /// First queue offset in `[min, max)` whose unit has `phys >= phys`;
-    /// `max` if none. Called with the writer mutex held (so min and max are
-    /// stable).
+    /// `max` if none. Writers call it with the writer mutex held (so min
+    /// and max are stable); a reader without it may get an answer a
+    /// concurrent append or purge has just made stale, or an error for a
+    /// unit purged under it.
     fn first_with_phys_at_least(&self, phys: u64) -> Result<u64> {
         partition_point(self.min_offset(), self.max_offset(), |q| Ok(self.get(q)?.phys >= phys))
     }
@@ -659,9 +661,8 @@ impl ConsumeQueue {
     /// queue holds one (a binary search: units' `phys` increase along the
     /// queue).
     pub fn offset_of_phys(&self, phys: u64) -> Result<Option<u64>> {
-        let max = self.max_offset();
-        let q = partition_point(self.min_offset(), max, |q| Ok(self.get(q)?.phys >= phys))?;
-        Ok((q < max && self.get(q)?.phys == phys).then_some(q))
+        let q = self.first_with_phys_at_least(phys)?;
+        Ok((q < self.max_offset() && self.get(q)?.phys == phys).then_some(q))
     }
 
     /// Msyncs every unit appended since the last flush.
