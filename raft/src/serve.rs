@@ -213,16 +213,19 @@ async fn accept_loop<IO, F>(
     }
 }
 
+/// Open connections per address; an address with none has no entry.
+type OpenPerIp = Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>;
+
 /// Connections per address, counted while they are open.
 #[derive(Clone)]
 struct PerIp {
-    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    open: OpenPerIp,
     max: usize,
 }
 
 /// One connection's place among its address's; given back on drop.
 struct IpSlot {
-    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    open: OpenPerIp,
     ip: std::net::IpAddr,
 }
 
