@@ -72,6 +72,17 @@ async fn change(addr: &str, cmd: &AclCommand) {
         .unwrap();
 }
 
+/// Makes a Normal user through node `addr`, as the Super user.
+async fn create_user(addr: &str, name: &str, password: &str) {
+    let user = User {
+        name: name.into(),
+        password: password.into(),
+        user_type: UserType::Normal,
+        status: UserStatus::Enable,
+    };
+    change(addr, &AclCommand::CreateUser(user)).await;
+}
+
 /// The user names and `User:alice`'s resources as node `addr` has applied them.
 async fn acl_of(addr: &str) -> Option<(Vec<String>, Vec<String>)> {
     let r = v1(addr)
@@ -104,16 +115,7 @@ async fn users_and_policies_outlive_a_restart_of_every_node() {
         }))
         .await
         .unwrap();
-    change(
-        &l,
-        &AclCommand::CreateUser(User {
-            name: "alice".into(),
-            password: "alice-secret".into(),
-            user_type: UserType::Normal,
-            status: UserStatus::Enable,
-        }),
-    )
-    .await;
+    create_user(&l, "alice", "alice-secret").await;
     change(
         &l,
         &AclCommand::PutAcl {
@@ -197,16 +199,7 @@ async fn admin_calls_are_checked_on_the_topic_or_group_they_name() {
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::start_with(dir.path(), 1, "async", CONFIG);
     let l = leader(&c).await;
-    change(
-        &l,
-        &AclCommand::CreateUser(User {
-            name: "ops".into(),
-            password: "ops-secret".into(),
-            user_type: UserType::Normal,
-            status: UserStatus::Enable,
-        }),
-    )
-    .await;
+    create_user(&l, "ops", "ops-secret").await;
     let entry = |resource: &str, actions: Vec<Action>| PolicyEntry {
         resource: Resource::parse(resource).unwrap(),
         actions,
@@ -415,16 +408,7 @@ async fn a_node_behind_on_users_answers_unavailable_not_unauthorized() {
     // Node 3 is down while alice is made, so its log lacks her.
     let lagging = c.nodes.iter().position(|n| n.client_addr != l).unwrap() as u64 + 1;
     assert!(c.stop(lagging).success());
-    change(
-        &l,
-        &AclCommand::CreateUser(User {
-            name: "alice".into(),
-            password: "alice-secret".into(),
-            user_type: UserType::Normal,
-            status: UserStatus::Enable,
-        }),
-    )
-    .await;
+    create_user(&l, "alice", "alice-secret").await;
     let alice = creds("alice", "alice-secret");
     let heartbeat = |addr: String| {
         let alice = alice.clone();
