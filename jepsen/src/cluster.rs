@@ -466,19 +466,7 @@ impl Cluster {
 
     /// Runs a `raftmq` command from the harness's namespace.
     pub fn raftmq(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = self
-            .cli()
-            .command(args)
-            .output()
-            .with_context(|| format!("running {}", self.bin.display()))?;
-        if !out.status.success() {
-            bail!(
-                "`raftmq {}` failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        crate::netns::output(self.cli().command(args), &format!("raftmq {}", args.join(" ")))
     }
 }
 

@@ -50,16 +50,17 @@ pub struct Network {
 
 /// Runs a command; its stdout, or an error with its stderr.
 pub fn run(args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("running {}", args[0]))?;
+    let mut cmd = Command::new(args[0]);
+    cmd.args(&args[1..]);
+    output(cmd, &args.join(" "))
+}
+
+/// Runs `cmd` (shown as `shown` in errors); its stdout, or an error with
+/// its stderr.
+pub fn output(mut cmd: Command, shown: &str) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("running {shown}"))?;
     if !out.status.success() {
-        bail!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("`{shown}` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
