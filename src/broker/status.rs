@@ -3,6 +3,7 @@
 
 use openraft::async_runtime::WatchReceiver;
 use raftmq_raft::NodeAddr;
+use raftmq_store::retention::DiskProbe;
 
 use super::Broker;
 use crate::error::BrokerError;
@@ -34,6 +35,13 @@ pub struct NodeStatus {
     pub log_start_index: u64,
     /// Producers may send to the group ([`crate::broker::write_perm`]).
     pub writable: bool,
+    /// Bytes of CommitLog kept.
+    pub store_bytes: u64,
+    /// Used fraction of the data directory's filesystem (0: unknown).
+    pub disk_used_ratio: f64,
+    /// Messages stored and delivered by this node since it started.
+    pub messages_in_total: u64,
+    pub messages_out_total: u64,
 }
 
 impl Broker {
@@ -71,6 +79,15 @@ impl Broker {
             applied_log_digest: digest,
             log_start_index: log.bounds().0,
             writable: self.node.sm.writable(),
+            store_bytes: {
+                let log = self.node.store.commitlog();
+                log.max_offset().saturating_sub(log.min_offset())
+            },
+            disk_used_ratio: raftmq_store::retention::StatvfsProbe
+                .usage(self.node.store.root())
+                .map_or(0.0, |u| u.ratio()),
+            messages_in_total: self.metrics.totals().0,
+            messages_out_total: self.metrics.totals().1,
         })
     }
 }

@@ -717,5 +717,9 @@ fn status_to_pb(s: NodeStatus) -> pb::StatusResponse {
         applied_log_digest: s.applied_log_digest,
         log_start_index: s.log_start_index,
         writable: s.writable,
+        store_bytes: s.store_bytes,
+        disk_used_ratio: s.disk_used_ratio,
+        messages_in_total: s.messages_in_total,
+        messages_out_total: s.messages_out_total,
     }
 }

@@ -29,6 +29,7 @@ mod labels;
 mod node;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use openraft::async_runtime::WatchReceiver;
@@ -96,6 +97,10 @@ pub struct BrokerMetrics {
     pub transactions_discarded: Counter,
     /// Transaction check-backs this node sent to producers.
     pub transaction_checks: Counter,
+    /// `messages_in` and `messages_out` summed over their labels, for
+    /// `Status` (a Family cannot be summed without encoding it).
+    total_in: AtomicU64,
+    total_out: AtomicU64,
 }
 
 /// What the node labels are made of.
@@ -135,6 +140,8 @@ impl BrokerMetrics {
             timers_rolled: Counter::default(),
             transactions_discarded: Counter::default(),
             transaction_checks: Counter::default(),
+            total_in: AtomicU64::new(0),
+            total_out: AtomicU64::new(0),
             registry: Registry::default(),
         };
         let r = registry.sub_registry_with_prefix("rocketmq");
@@ -250,6 +257,7 @@ impl BrokerMetrics {
             message_type,
         };
         self.messages_in.get_or_create(&l).inc_by(sizes.len() as u64);
+        self.total_in.fetch_add(sizes.len() as u64, Ordering::Relaxed);
         self.throughput_in
             .get_or_create(&l)
             .inc_by(sizes.iter().sum::<usize>() as u64);
@@ -266,7 +274,16 @@ impl BrokerMetrics {
             consumer_group: group.to_string(),
         };
         self.messages_out.get_or_create(&l).inc_by(count as u64);
+        self.total_out.fetch_add(count as u64, Ordering::Relaxed);
         self.throughput_out.get_or_create(&l).inc_by(bytes as u64);
+    }
+
+    /// Messages stored and delivered by this node since it started.
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.total_in.load(Ordering::Relaxed),
+            self.total_out.load(Ordering::Relaxed),
+        )
     }
 
     /// A client RPC answered with `response_code`, `started` when it arrived.
