@@ -54,7 +54,14 @@ pub fn broker(addr: &str) -> anyhow::Result<BrokerClient<Signed>> {
 
 /// A `raftmq.v1.Broker` client over `channel`, signing its calls.
 pub fn broker_on(channel: Channel) -> BrokerClient<Signed> {
-    BrokerClient::with_interceptor(channel, Signer(credentials()))
+    broker_as(channel, credentials())
+}
+
+/// A `raftmq.v1.Broker` client over `channel` whose calls are signed as
+/// `who` (unsigned for `None`), whatever this process was given: the
+/// dashboard calls as the user logged in.
+pub fn broker_as(channel: Channel, who: Option<Credentials>) -> BrokerClient<Signed> {
+    BrokerClient::with_interceptor(channel, Signer(who))
         .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
         .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)
 }

@@ -4,8 +4,10 @@
 //!
 //! It writes the configs into `--dir`, starts the processes, waits for a
 //! leader in every group, creates `TestTopic` (8 queues in every group),
-//! writes `DIR/dev.json` (the NameServer's address and every node's group,
-//! addresses and pid) once all of that is done, and prints what to paste
+//! serves the web dashboard ([`crate::cli::dashboard`]) from its own
+//! process, writes `DIR/dev.json` (the NameServer's and the dashboard's
+//! addresses, every node's group, addresses and pid) once all of that is
+//! done, and prints what to paste
 //! next. Ctrl-C (or SIGTERM) stops every process cleanly and removes
 //! `dev.json`. Running it again on the same directory restarts the same
 //! cluster with its data.
@@ -14,7 +16,7 @@
 //! `node<i>.toml`, `node<i>/` and `node<i>.log`, the others' carry the
 //! group's name in front (`dev-2-node1.toml`).
 //!
-//! Ports: NameServer 9876 (its metrics 9976); node `i` of group `g`
+//! Ports: NameServer 9876 (its metrics 9976), the dashboard 8080; node `i` of group `g`
 //! (both from 1): client 8080 + 100(g-1) + i, Raft 9090 + 100(g-1) + i,
 //! metrics 9100 + 100(g-1) + i; all shifted by `--base-port`.
 
@@ -66,6 +68,8 @@ pub struct DevArgs {
 struct DevInfo {
     namesrv_addr: String,
     namesrv_metrics_addr: String,
+    /// The web dashboard (`raftmq dashboard`), served by dev itself.
+    dashboard_addr: String,
     nodes: Vec<DevNode>,
     /// With `--secure`: the CA's PEM, what clients must trust.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -95,6 +99,7 @@ pub const DEV_TOPIC: &str = "TestTopic";
 struct Layout {
     namesrv: String,
     namesrv_metrics: String,
+    dashboard: String,
     /// Every group's nodes, group by group.
     nodes: Vec<NodeLayout>,
 }
@@ -153,6 +158,7 @@ fn layout(a: &DevArgs) -> anyhow::Result<Layout> {
     Ok(Layout {
         namesrv: format!("127.0.0.1:{}", port(9876)?),
         namesrv_metrics: format!("127.0.0.1:{}", port(9976)?),
+        dashboard: format!("127.0.0.1:{}", port(8080)?),
         nodes,
     })
 }
@@ -505,8 +511,26 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         create_dev_topic(group, &leader).await?;
     }
 
+    // The dashboard, in this process: it stops with dev.
+    let dashboard = tokio::net::TcpListener::bind(&l.dashboard).await.with_context(|| {
+        format!(
+            "the dashboard cannot listen on {} (--base-port moves every port)",
+            l.dashboard
+        )
+    })?;
+    let (stop_dashboard, stopped) = tokio::sync::oneshot::channel::<()>();
+    let dashboard = tokio::spawn(crate::cli::dashboard::serve(
+        dashboard,
+        l.namesrv.clone(),
+        Duration::from_secs(2),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
     let info = DevInfo {
         namesrv_addr: l.namesrv.clone(),
+        dashboard_addr: l.dashboard.clone(),
         namesrv_metrics_addr: l.namesrv_metrics.clone(),
         nodes: l
             .nodes
@@ -560,6 +584,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             crate::cli::dev_secure::ADMIN
         );
     }
+    println!("  dashboard       http://{}/", l.dashboard);
     println!("  topic           {DEV_TOPIC} (8 queues in each group)");
     println!("  data and logs   {}", dir.display());
     for n in &info.nodes {
@@ -599,6 +624,8 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     }
     eprintln!("stopping...");
     let _ = std::fs::remove_file(&info_path);
+    let _ = stop_dashboard.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), dashboard).await;
     tokio::task::block_in_place(|| children.stop());
     eprintln!("stopped");
     Ok(())

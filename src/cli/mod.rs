@@ -7,6 +7,7 @@
 //! | [`acl`]     | `raftmq user`, `raftmq acl`: ACL 2.0 users and policies         |
 //! | [`cert`]    | `raftmq cert ca|issue`: a CA and the certificates `[tls]` needs  |
 //! | [`dev`]     | `raftmq dev`: a NameServer and three-node groups, one command    |
+//! | [`dashboard`] | `raftmq dashboard`: the web console (started by `raftmq dev` too) |
 //! | [`dev_secure`] | `raftmq dev --secure`: its CA, certificates and `[tls]` tables |
 //! | [`produce`] | `raftmq produce`, `consume`, `recall`                           |
 //! | [`bench`]   | `raftmq bench produce|consume|e2e`, with plots                  |
@@ -32,6 +33,7 @@ pub mod broker_config;
 pub mod cert;
 pub mod connect;
 pub mod connections;
+pub mod dashboard;
 pub mod dev;
 pub mod dev_secure;
 pub mod display;
@@ -85,6 +87,9 @@ pub enum Command {
     /// Start a NameServer and a three-node broker group on 127.0.0.1, each
     /// node its own process, with a TestTopic; Ctrl-C stops them all.
     Dev(crate::cli::dev::DevArgs),
+    /// Serve the web dashboard: cluster, topics, consumer groups, messages
+    /// and charts, through the same protocols as these commands.
+    Dashboard(crate::cli::dashboard::DashboardArgs),
     /// Send messages through the RocketMQ 5 protocol.
     Produce(crate::cli::produce::ProduceArgs),
     /// Receive (and acknowledge) messages through the RocketMQ 5 protocol.
@@ -189,6 +194,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Dev(a) => runtime()?.block_on(crate::cli::dev::run(a)),
+        Command::Dashboard(a) => runtime()?.block_on(crate::cli::dashboard::run(a)),
         Command::Produce(a) => runtime()?.block_on(crate::cli::produce::produce(a)),
         Command::Consume(a) => runtime()?.block_on(crate::cli::produce::consume(a)),
         Command::Recall(a) => runtime()?.block_on(crate::cli::produce::recall(a)),

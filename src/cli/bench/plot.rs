@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 /// Registers the embedded font once.
-fn font() -> anyhow::Result<()> {
+pub(crate) fn font() -> anyhow::Result<()> {
     static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let ok = *ONCE.get_or_init(|| {
         plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular()).is_ok()

@@ -1,0 +1,124 @@
+//! Who a page's calls are made as, and the calls the pages share: the
+//! NameServers' view, each broker group's address, a node's client. A
+//! refusal is turned into a sentence that says what to do.
+
+use std::time::Duration;
+
+use crate::cli::connect::{Signed, ask, broker_as, channel};
+use crate::client::credentials::Credentials;
+use crate::proto::pb;
+use crate::proto::pb::broker_client::BrokerClient;
+
+/// How long one node has to answer a page's call before the page says so.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The NameServers, and the user a page's calls are signed as (`None`: not
+/// logged in, unsigned).
+#[derive(Clone)]
+pub struct Caller {
+    pub namesrv: String,
+    pub who: Option<Credentials>,
+}
+
+impl Caller {
+    /// The access key logged in, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.who.as_ref().map(|c| c.access_key.as_str())
+    }
+
+    /// A `raftmq.v1.Broker` client for the node at `addr`, signing as the
+    /// caller.
+    pub fn broker(&self, addr: &str) -> anyhow::Result<BrokerClient<Signed>> {
+        Ok(broker_as(channel(addr)?, self.who.clone()))
+    }
+
+    /// Every node the NameServers know.
+    pub async fn cluster(&self) -> anyhow::Result<pb::ClusterInfo> {
+        ask(&self.namesrv, |mut c| async move {
+            c.get_cluster_info(pb::ClusterInfoRequest {}).await
+        })
+        .await
+    }
+
+    /// Each broker group and the address of its leader (as the NameServers
+    /// name it; followers forward), by group name.
+    pub async fn groups(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let mut groups: std::collections::BTreeMap<String, String> = Default::default();
+        for n in self.cluster().await?.nodes {
+            if n.is_group_leader || !groups.contains_key(&n.group) {
+                groups.insert(n.group, n.client_addr);
+            }
+        }
+        Ok(groups.into_iter().collect())
+    }
+
+    /// Every topic the NameServers know, sorted.
+    pub async fn topic_names(&self) -> anyhow::Result<Vec<String>> {
+        let mut t = ask(&self.namesrv, |mut c| async move {
+            c.list_topics(pb::ListTopicsRequest {}).await
+        })
+        .await?
+        .topics;
+        t.sort();
+        t.dedup();
+        Ok(t)
+    }
+}
+
+impl Caller {
+    /// Waits (a few seconds at most) until the NameServers list `topic`,
+    /// or no longer do: a broker heartbeats a topic change at once, and
+    /// the page the operator is sent to next should show it.
+    pub async fn await_listed(&self, topic: &str, listed: bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline {
+            if self
+                .topic_names()
+                .await
+                .is_ok_and(|t| t.iter().any(|t| t == topic) == listed)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Runs one call with [`CALL_TIMEOUT`], the failure explained.
+pub async fn call<T>(
+    what: &str,
+    fut: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(s)) => Err(format!("{what}: {}", refusal(&s))),
+        Err(_) => Err(format!("{what}: no answer within {} s", CALL_TIMEOUT.as_secs())),
+    }
+}
+
+/// [`call`] for a lookup: `None` when the node answers that there is no
+/// such thing.
+pub async fn find<T>(
+    what: &str,
+    fut: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<Option<T>, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        Ok(Ok(r)) => Ok(Some(r.into_inner())),
+        Ok(Err(s)) if s.code() == tonic::Code::NotFound => Ok(None),
+        Ok(Err(s)) => Err(format!("{what}: {}", refusal(&s))),
+        Err(_) => Err(format!("{what}: no answer within {} s", CALL_TIMEOUT.as_secs())),
+    }
+}
+
+/// A call's failure in words an operator can act on.
+pub fn refusal(s: &tonic::Status) -> String {
+    match s.code() {
+        tonic::Code::Unauthenticated => format!(
+            "the cluster does not know this caller ({}): log in with an access key and secret key",
+            s.message()
+        ),
+        tonic::Code::PermissionDenied => format!("not allowed for this user ({})", s.message()),
+        tonic::Code::Unavailable => format!("unavailable, try again ({})", s.message()),
+        _ => s.message().to_string(),
+    }
+}

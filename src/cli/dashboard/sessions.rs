@@ -1,0 +1,102 @@
+//! The logins the dashboard keeps: in memory, behind a random token in an
+//! `HttpOnly`, `SameSite=Strict` cookie, for [`SESSION_TTL`]; at most
+//! [`MAX_SESSIONS`] at once.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, header};
+
+use crate::client::credentials::Credentials;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "raftmq_session";
+/// How long a login lasts.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Logins kept at once; a new one past this is refused.
+pub const MAX_SESSIONS: usize = 4096;
+
+struct Session {
+    who: Credentials,
+    until: Instant,
+}
+
+/// The logins, by token.
+#[derive(Default)]
+pub struct Sessions(Mutex<HashMap<String, Session>>);
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `who` logged in; the token for its cookie, or `None` when
+    /// [`MAX_SESSIONS`] are live.
+    pub fn open(&self, who: Credentials) -> Option<String> {
+        let mut map = self.lock();
+        let now = Instant::now();
+        map.retain(|_, s| s.until > now);
+        if map.len() >= MAX_SESSIONS {
+            return None;
+        }
+        let token = hex::encode(rand::random::<[u8; 32]>());
+        map.insert(
+            token.clone(),
+            Session {
+                who,
+                until: now + SESSION_TTL,
+            },
+        );
+        Some(token)
+    }
+
+    pub fn get(&self, token: &str) -> Option<Credentials> {
+        let map = self.lock();
+        map.get(token)
+            .filter(|s| s.until > Instant::now())
+            .map(|s| s.who.clone())
+    }
+
+    pub fn close(&self, token: &str) {
+        self.lock().remove(token);
+    }
+}
+
+/// The session token a request carries, if any.
+pub fn token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_found_among_other_cookies() {
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, "a=1; raftmq_session=abc; b=2".parse().unwrap());
+        assert_eq!(token(&h), Some("abc"));
+        h.insert(header::COOKIE, "raftmq_sessionx=abc".parse().unwrap());
+        assert_eq!(token(&h), None);
+    }
+
+    #[test]
+    fn sessions_expire_and_close() {
+        let s = Sessions::default();
+        let who = Credentials {
+            access_key: "u".into(),
+            secret_key: "s".into(),
+        };
+        let t = s.open(who).unwrap();
+        assert_eq!(s.get(&t).unwrap().access_key, "u");
+        assert!(s.get("other").is_none());
+        s.close(&t);
+        assert!(s.get(&t).is_none());
+    }
+}

@@ -1,0 +1,234 @@
+//! The dashboard that `raftmq dev` serves, used in a real browser: headless
+//! Chromium driven by selenium (`tests/dashboard/browse.py`) opens every
+//! page, creates a topic through its form, sends a message and finds it by
+//! key, resends a dead letter, creates a consumer group, and sees a killed
+//! leader replaced on the cluster page without a reload. The screenshots
+//! land in `target/dashboard-screenshots/` (two are in the README).
+//!
+//! Chromium and its driver are Debian's `chromium` and `chromium-driver`
+//! (`.ci/run` installs them); selenium is installed from PyPI into a
+//! virtualenv under cargo's target tmp directory on first use.
+//!
+//! Also here, without a browser: the same-origin guard on changes, and
+//! logging in against `raftmq dev --secure` (ACL on).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::dev::{base_port, start_dev};
+use common::raftmq_cli;
+use common::scenario::install_once;
+use raftmq::client::{Client, Outgoing};
+
+const SELENIUM: &str = "selenium==4.45.0";
+
+/// A Python with selenium, installing it if needed.
+fn python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-venv");
+    install_once(&venv, SELENIUM, || {
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "python3 -m venv failed: Python 3 with venv is needed");
+        let ok = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", SELENIUM])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "pip install {SELENIUM} failed (is PyPI reachable?)");
+    });
+    venv.join("bin/python")
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// One message in `%DLQ%<group>`: delivered once to a group allowed one
+/// delivery, never acknowledged, then due again.
+async fn make_dead_letter(namesrv: &str, access: &str, topic: &str, group: &str) {
+    let (ok, _, err) = raftmq_cli(&[
+        "topic",
+        "create",
+        "--namesrv",
+        namesrv,
+        "--topic",
+        topic,
+        "--queues",
+        "1",
+    ]);
+    assert!(ok, "topic create: {err}");
+    let (ok, _, err) = raftmq_cli(&[
+        "group",
+        "create",
+        "--namesrv",
+        namesrv,
+        "--group",
+        group,
+        "--max-attempts",
+        "1",
+    ]);
+    assert!(ok, "group create: {err}");
+    let client = Client::connect(access).unwrap();
+    let mut m = Outgoing::new(topic, "a message nobody could handle");
+    m.keys = vec!["dead-1".into()];
+    client.send(m).await.unwrap();
+    let wait = Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = client
+            .receive(group, topic, "*", 4, Duration::from_secs(10), wait)
+            .await
+            .unwrap();
+        if !got.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the message was never delivered");
+    }
+    // Its only delivery times out after 10 s (the shortest invisible
+    // time); the next receive moves it to the dead-letter topic.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    client
+        .receive(group, topic, "*", 4, Duration::from_secs(60), wait)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_walks_every_page_in_a_real_browser() {
+    assert!(
+        on_path("chromium") && on_path("chromedriver"),
+        "Chromium and its driver are needed: apt-get install chromium chromium-driver (.ci/run does)"
+    );
+    let python = python();
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, info) = start_dev(dir.path(), base_port(), &[]);
+    let namesrv = info["namesrv_addr"].as_str().unwrap();
+    let access: Vec<&str> = info["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["client_addr"].as_str().unwrap())
+        .collect();
+    make_dead_letter(namesrv, &access.join(";"), "DeadTopic", "Dead").await;
+
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
+    let url = format!("http://{}", info["dashboard_addr"].as_str().unwrap());
+    let out = Command::new(python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dashboard/browse.py"))
+        .args(["--url", &url, "--shots"])
+        .arg(&shots)
+        .arg("--dev-json")
+        .arg(dir.path().join("dev.json"))
+        .args(["--dead-topic", "DeadTopic", "--dead-group", "Dead"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("dashboard walk: ok"),
+        "the browser walk failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    for page in [
+        "topics",
+        "topic",
+        "message",
+        "dead-letters",
+        "groups",
+        "group",
+        "charts",
+        "cluster",
+        "cluster-failover",
+    ] {
+        let png = shots.join(format!("{page}.png"));
+        let len = std::fs::metadata(&png).map_or(0, |m| m.len());
+        assert!(len > 10_000, "{} is missing or blank ({len} bytes)", png.display());
+    }
+}
+
+/// A raw HTTP/1.1 request to the dashboard; (status, headers and body).
+fn http(addr: &str, request: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, out)
+}
+
+fn post(addr: &str, path: &str, extra_headers: &str, form: &str) -> (u16, String) {
+    http(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra_headers}\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        ),
+    )
+}
+
+fn get(addr: &str, path: &str, cookie: &str) -> (u16, String) {
+    http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nCookie: {cookie}\r\n\r\n"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_acl_on_pages_call_as_the_user_logged_in_and_other_sites_cannot_post() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, info) = start_dev(dir.path(), base_port() + 500, &["--secure"]);
+    let addr = info["dashboard_addr"].as_str().unwrap().to_string();
+    let (ak, sk) = (
+        info["admin_access_key"].as_str().unwrap(),
+        info["admin_secret_key"].as_str().unwrap(),
+    );
+
+    // Not logged in: the cluster refuses, and the page says what to do.
+    let (code, page) = get(&addr, "/topics", "");
+    assert_eq!(code, 200);
+    assert!(page.contains("log in with an access key"), "{page}");
+
+    // Another site's form is refused before anything happens.
+    let (code, body) = post(
+        &addr,
+        "/topics",
+        "Origin: http://evil.example\r\n",
+        "name=Evil&queues=1&message_type=NORMAL&perm=6",
+    );
+    assert_eq!(code, 403, "{body}");
+
+    // A wrong secret does not log in; the right one does.
+    let (code, body) = post(&addr, "/login", "", &format!("access_key={ak}&secret_key=wrong"));
+    assert_eq!(code, 303);
+    assert!(body.contains("error=wrong+access+key"), "{body}");
+    let (code, body) = post(&addr, "/login", "", &format!("access_key={ak}&secret_key={sk}"));
+    assert_eq!(code, 303, "{body}");
+    let cookie = body
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie: {body}"))
+        .to_string();
+    assert!(body.contains("HttpOnly; SameSite=Strict"), "{body}");
+
+    // Logged in: the pages show the cluster, changes go through.
+    let (_, page) = get(&addr, "/cluster", &cookie);
+    assert!(page.contains("leader-id"), "{page}");
+    let (code, body) = post(
+        &addr,
+        "/topics",
+        &format!("Cookie: {cookie}\r\nOrigin: http://{addr}\r\n"),
+        "name=SecureTopic&queues=2&message_type=NORMAL&perm=6",
+    );
+    assert_eq!(code, 303);
+    assert!(body.contains("ok=topic+SecureTopic+created"), "{body}");
+    let (_, page) = get(&addr, "/topics", &cookie);
+    assert!(page.contains("data-topic=\"SecureTopic\""), "{page}");
+}
