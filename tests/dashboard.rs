@@ -14,35 +14,16 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::dev::{base_port, start_dev};
 use common::raftmq_cli;
-use common::scenario::install_once;
+use common::scenario::python_venv;
 use raftmq::client::{Client, Outgoing};
 
 const SELENIUM: &str = "selenium==4.45.0";
-
-/// A Python with selenium, installing it if needed.
-fn python() -> PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-venv");
-    install_once(&venv, SELENIUM, || {
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "python3 -m venv failed: Python 3 with venv is needed");
-        let ok = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", SELENIUM])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "pip install {SELENIUM} failed (is PyPI reachable?)");
-    });
-    venv.join("bin/python")
-}
 
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
@@ -90,12 +71,30 @@ async fn make_dead_letter(namesrv: &str, access: &str, topic: &str, group: &str)
         assert!(Instant::now() < deadline, "the message was never delivered");
     }
     // Its only delivery times out after 10 s (the shortest invisible
-    // time); the next receive moves it to the dead-letter topic.
-    tokio::time::sleep(Duration::from_secs(11)).await;
-    client
-        .receive(group, topic, "*", 4, Duration::from_secs(60), wait)
-        .await
-        .unwrap();
+    // time); a receive after that moves it to the dead-letter topic.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let dlq = format!("%DLQ%{group}");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        client
+            .receive(group, topic, "*", 4, Duration::from_secs(60), wait)
+            .await
+            .unwrap();
+        let (_, found, _) = raftmq_cli(&[
+            "message",
+            "range",
+            "--namesrv",
+            namesrv,
+            "--topic",
+            &dlq,
+            "--begin",
+            "1h",
+        ]);
+        if found.contains("dead-1") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the message never reached {dlq}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -104,7 +103,7 @@ async fn an_operator_walks_every_page_in_a_real_browser() {
         on_path("chromium") && on_path("chromedriver"),
         "Chromium and its driver are needed: apt-get install chromium chromium-driver (.ci/run does)"
     );
-    let python = python();
+    let python = python_venv("dashboard-venv", SELENIUM);
     let dir = tempfile::tempdir().unwrap();
     let (_dev, info) = start_dev(dir.path(), base_port(), &[]);
     let namesrv = info["namesrv_addr"].as_str().unwrap();
@@ -195,14 +194,30 @@ async fn with_acl_on_pages_call_as_the_user_logged_in_and_other_sites_cannot_pos
     assert_eq!(code, 200);
     assert!(page.contains("log in with an access key"), "{page}");
 
-    // Another site's form is refused before anything happens.
-    let (code, body) = post(
+    // Without a login, a change is refused by the cluster, and said so.
+    let form = "name=Evil&queues=1&message_type=NORMAL&perm=6";
+    let (code, body) = post(&addr, "/topics", "", form);
+    assert_eq!(code, 303);
+    assert!(body.contains("error="), "{body}");
+
+    // Other sites' pages are refused before anything happens: a form
+    // posted from another origin, or cross-site, and any request under a
+    // host name the dashboard is not served as (DNS rebinding).
+    let (code, body) = post(&addr, "/topics", "Origin: http://evil.example\r\n", form);
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = post(&addr, "/topics", "Sec-Fetch-Site: cross-site\r\n", form);
+    assert_eq!(code, 403, "{body}");
+    let port = addr.rsplit(':').next().unwrap();
+    let (code, body) = http(
         &addr,
-        "/topics",
-        "Origin: http://evil.example\r\n",
-        "name=Evil&queues=1&message_type=NORMAL&perm=6",
+        &format!("GET /cluster HTTP/1.1\r\nHost: evil.example:{port}\r\nConnection: close\r\n\r\n"),
     );
     assert_eq!(code, 403, "{body}");
+    let (code, body) = get(&addr, "/cluster", "");
+    assert_eq!(code, 200);
+    for h in ["x-frame-options: DENY", "content-security-policy: default-src 'none'"] {
+        assert!(body.contains(h), "no {h}: {body}");
+    }
 
     // A wrong secret does not log in; the right one does.
     let (code, body) = post(&addr, "/login", "", &format!("access_key={ak}&secret_key=wrong"));
@@ -231,4 +246,11 @@ async fn with_acl_on_pages_call_as_the_user_logged_in_and_other_sites_cannot_pos
     assert!(body.contains("ok=topic+SecureTopic+created"), "{body}");
     let (_, page) = get(&addr, "/topics", &cookie);
     assert!(page.contains("data-topic=\"SecureTopic\""), "{page}");
+    assert!(!page.contains("data-topic=\"Evil\""), "{page}");
+
+    // Logged out, the cookie is worth nothing.
+    let (code, body) = post(&addr, "/logout", &format!("Cookie: {cookie}\r\n"), "");
+    assert_eq!(code, 303, "{body}");
+    let (_, page) = get(&addr, "/topics", &cookie);
+    assert!(page.contains("log in with an access key"), "{page}");
 }

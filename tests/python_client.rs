@@ -10,12 +10,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::raftmq_cli;
-use common::scenario::{Env, install_once, script_command};
+use common::scenario::{Env, python_venv, script_command};
 
 const CLIENT: &str = "rocketmq-python-client==5.1.2";
 
@@ -24,21 +24,7 @@ fn python() -> PathBuf {
     if let Ok(p) = std::env::var("RAFTMQ_PYTHON") {
         return PathBuf::from(p);
     }
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv");
-    install_once(&venv, CLIENT, || {
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "python3 -m venv failed: Python 3 with venv is needed");
-        let ok = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", CLIENT])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "pip install {CLIENT} failed (is PyPI reachable?)");
-    });
-    venv.join("bin/python")
+    python_venv("python-venv", CLIENT)
 }
 
 /// A scenario of `tests/python/compat.py`.

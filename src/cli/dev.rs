@@ -481,6 +481,23 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    // The dashboard, in this process (it stops with dev), on its port
+    // before anything starts: a port in use fails dev at once.
+    let dashboard = tokio::net::TcpListener::bind(&l.dashboard).await.with_context(|| {
+        format!(
+            "the dashboard cannot listen on {} (--base-port moves every port)",
+            l.dashboard
+        )
+    })?;
+    let (stop_dashboard, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = crate::cli::dashboard::Options {
+        namesrv: l.namesrv.clone(),
+        allowed_hosts: Vec::new(),
+        sample_every: Duration::from_secs(2),
+    };
+    let dashboard = tokio::spawn(crate::cli::dashboard::serve(dashboard, options, async move {
+        let _ = stopped.await;
+    }));
     write_configs(&dir, &l, &a.flush, a.node_config.as_deref(), certs.as_ref())?;
     let info_path = dir.join("dev.json");
     let _ = std::fs::remove_file(&info_path);
@@ -510,23 +527,6 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         let Some(leader) = leader else { return Ok(()) };
         create_dev_topic(group, &leader).await?;
     }
-
-    // The dashboard, in this process: it stops with dev.
-    let dashboard = tokio::net::TcpListener::bind(&l.dashboard).await.with_context(|| {
-        format!(
-            "the dashboard cannot listen on {} (--base-port moves every port)",
-            l.dashboard
-        )
-    })?;
-    let (stop_dashboard, stopped) = tokio::sync::oneshot::channel::<()>();
-    let dashboard = tokio::spawn(crate::cli::dashboard::serve(
-        dashboard,
-        l.namesrv.clone(),
-        Duration::from_secs(2),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
 
     let info = DevInfo {
         namesrv_addr: l.namesrv.clone(),

@@ -28,6 +28,27 @@ pub fn install_once(dir: &std::path::Path, what: &str, install: impl FnOnce()) {
     }
 }
 
+/// The Python of a virtualenv named `name` under cargo's target tmp
+/// directory with `package` (a pip requirement) installed, made on first
+/// use.
+pub fn python_venv(name: &str, package: &str) -> std::path::PathBuf {
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    install_once(&venv, package, || {
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "python3 -m venv failed: Python 3 with venv is needed");
+        let ok = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", package])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "pip install {package} failed (is PyPI reachable?)");
+    });
+    venv.join("bin/python")
+}
+
 /// `program script <scenario> --endpoints E --topic T --group G`: how both
 /// clients' scripts are run (`script` relative to the repository).
 pub fn script_command(program: impl AsRef<std::ffi::OsStr>, script: &str, args: [&str; 4]) -> Command {

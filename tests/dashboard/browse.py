@@ -180,7 +180,7 @@ def main():
         started = time.time()
         def replaced():
             el = d.find_element(By.CSS_SELECTOR, f".leader-id[data-group='{group}']")
-            dead = d.find_element(By.CSS_SELECTOR, f"tr[data-node='{old}']").get_attribute("data-role")
+            dead = d.find_element(By.CSS_SELECTOR, f"tr[data-group='{group}'][data-node='{old}']").get_attribute("data-role")
             return int(el.text.split()[1]) != old and dead == "unreachable"
         w.wait("a new leader (without a reload)", replaced, timeout=30)
         print(f"   new leader on screen {time.time() - started:.1f} s after the kill", flush=True)

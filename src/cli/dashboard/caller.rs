@@ -2,7 +2,11 @@
 //! NameServers' view, each broker group's address, a node's client. A
 //! refusal is turned into a sentence that says what to do.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tonic::transport::Channel;
 
 use crate::cli::connect::{Signed, ask, broker_as, channel};
 use crate::client::credentials::Credentials;
@@ -12,12 +16,38 @@ use crate::proto::pb::broker_client::BrokerClient;
 /// How long one node has to answer a page's call before the page says so.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The NameServers, and the user a page's calls are signed as (`None`: not
-/// logged in, unsigned).
+/// The NameServers, the user a page's calls are signed as (`None`: not
+/// logged in, unsigned), and the channels the dashboard keeps.
 #[derive(Clone)]
 pub struct Caller {
     pub namesrv: String,
     pub who: Option<Credentials>,
+    pub channels: Arc<Channels>,
+}
+
+/// Most node addresses a dashboard keeps channels to; past it they are all
+/// dropped and made again (addresses come from the NameServers).
+const MAX_CHANNELS: usize = 512;
+
+/// One HTTP/2 channel per node address, shared by every page and the
+/// sampler (calls are signed one by one, so users can share a channel):
+/// a page refreshed every 2 s does not connect anew each time.
+#[derive(Default)]
+pub struct Channels(Mutex<HashMap<String, Channel>>);
+
+impl Channels {
+    fn get(&self, addr: &str) -> anyhow::Result<Channel> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = map.get(addr) {
+            return Ok(c.clone());
+        }
+        if map.len() >= MAX_CHANNELS {
+            map.clear();
+        }
+        let c = channel(addr)?;
+        map.insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
 }
 
 impl Caller {
@@ -29,7 +59,7 @@ impl Caller {
     /// A `raftmq.v1.Broker` client for the node at `addr`, signing as the
     /// caller.
     pub fn broker(&self, addr: &str) -> anyhow::Result<BrokerClient<Signed>> {
-        Ok(broker_as(channel(addr)?, self.who.clone()))
+        Ok(broker_as(self.channels.get(addr)?, self.who.clone()))
     }
 
     /// Every node the NameServers know.
@@ -66,6 +96,33 @@ impl Caller {
 }
 
 impl Caller {
+    /// Each broker group's progress of consumer group `group` ("": every
+    /// group), with the broker group's name; and what failed, in words.
+    pub async fn progress(&self, group: &str) -> (Vec<(String, pb::QueueProgress)>, Vec<String>) {
+        let (mut out, mut errors) = (Vec::new(), Vec::new());
+        let groups = match self.groups().await {
+            Ok(g) => g,
+            Err(e) => return (out, vec![e.to_string()]),
+        };
+        for (g, addr) in groups {
+            let reply = match self.broker(&addr) {
+                Ok(mut c) => {
+                    call(
+                        "progress",
+                        c.group_progress(pb::GroupProgressRequest { group: group.into() }),
+                    )
+                    .await
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            match reply {
+                Ok(p) => out.extend(p.queues.into_iter().map(|q| (g.clone(), q))),
+                Err(e) => errors.push(format!("group {g}: {e}")),
+            }
+        }
+        (out, errors)
+    }
+
     /// Waits (a few seconds at most) until the NameServers list `topic`,
     /// or no longer do: a broker heartbeats a topic change at once, and
     /// the page the operator is sent to next should show it.

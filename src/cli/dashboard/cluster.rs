@@ -113,7 +113,7 @@ fn view(nodes: &[Node]) -> Markup {
                         tbody {
                             @for n in nodes.iter().filter(|n| n.info.group == *g) {
                                 @let s = n.live.as_ref().ok();
-                                tr data-node=(n.info.node_id) data-role=(n.role()) {
+                                tr data-group=(n.info.group) data-node=(n.info.node_id) data-role=(n.role()) {
                                     td { (n.info.node_id) }
                                     td { span class={"badge " (n.role())} { (n.role()) }
                                         @if let Err(e) = &n.live { " " span.hint title=(e) { "(last said " (n.info.role) ")" } } }

@@ -40,23 +40,15 @@ async fn summaries(caller: &Caller) -> Result<(BTreeMap<String, Summary>, Vec<St
             }
             Err(e) => errors.push(format!("group {g}: {e}")),
         }
-        match call(
-            "progress",
-            c.group_progress(pb::GroupProgressRequest { group: String::new() }),
-        )
-        .await
-        {
-            Ok(p) => {
-                for q in p.queues {
-                    let s = out.entry(q.group.clone()).or_default();
-                    s.lag += q.lag;
-                    s.inflight += u64::from(q.inflight);
-                    s.queues += 1;
-                    s.topics.insert(q.topic);
-                }
-            }
-            Err(e) => errors.push(format!("group {g}: {e}")),
-        }
+    }
+    let (progress, failed) = caller.progress("").await;
+    errors.extend(failed);
+    for (_, q) in progress {
+        let s = out.entry(q.group.clone()).or_default();
+        s.lag += q.lag;
+        s.inflight += u64::from(q.inflight);
+        s.queues += 1;
+        s.topics.insert(q.topic);
     }
     Ok((out, errors))
 }
@@ -64,7 +56,12 @@ async fn summaries(caller: &Caller) -> Result<(BTreeMap<String, Summary>, Vec<St
 pub async fn list(AxumState(state): AxumState<State>, caller: Caller, Query(flash): Query<Flash>) -> Markup {
     let body = match summaries(&caller).await {
         Ok((groups, errors)) => {
-            let rates = state.charts.group_rates();
+            // Read with the dashboard's own keys: only for those logged in.
+            let rates = if state.sampler_signed && caller.who.is_none() {
+                Default::default()
+            } else {
+                state.charts.group_rates()
+            };
             html! {
                 h1 { "Consumer groups " small { (groups.len()) } }
                 @for e in &errors { (page::error_box(e)) }
@@ -108,41 +105,68 @@ pub struct GroupForm {
     fifo: bool,
 }
 
-pub async fn create(caller: Caller, Form(f): Form<GroupForm>) -> Redirect {
-    let outcome = async {
-        crate::broker::pop::validate_group(&f.name).map_err(|e| e.to_string())?;
-        let groups = caller.groups().await.map_err(|e| e.to_string())?;
-        for (g, addr) in &groups {
-            let mut c = caller.broker(addr).map_err(|e| e.to_string())?;
-            call(
-                "create group",
-                c.put_consumer_group(pb::PutConsumerGroupRequest {
-                    name: f.name.clone(),
-                    fifo: f.fifo,
-                    max_delivery_attempts: f.max_delivery_attempts,
-                }),
-            )
-            .await
-            .map_err(|e| format!("group {g}: {e}"))?;
+/// Puts the group's config in every broker group (`only_existing`: in
+/// those that have it); how many.
+async fn put(caller: &Caller, f: &GroupForm, only_existing: bool) -> Result<usize, String> {
+    crate::broker::pop::validate_group(&f.name).map_err(|e| e.to_string())?;
+    let mut n = 0;
+    for (g, addr) in caller.groups().await.map_err(|e| e.to_string())? {
+        let mut c = caller.broker(&addr).map_err(|e| e.to_string())?;
+        if only_existing {
+            let req = pb::GetConsumerGroupRequest { name: f.name.clone() };
+            if find("group", c.get_consumer_group(req))
+                .await
+                .map_err(|e| format!("group {g}: {e}"))?
+                .is_none()
+            {
+                continue;
+            }
         }
-        Ok(format!(
-            "consumer group {} created in {} broker group(s)",
-            f.name,
-            groups.len()
-        ))
+        call(
+            "put group",
+            c.put_consumer_group(pb::PutConsumerGroupRequest {
+                name: f.name.clone(),
+                fifo: f.fifo,
+                max_delivery_attempts: f.max_delivery_attempts,
+            }),
+        )
+        .await
+        .map_err(|e| format!("group {g}: {e}"))?;
+        n += 1;
     }
-    .await;
+    Ok(n)
+}
+
+pub async fn create(caller: Caller, Form(f): Form<GroupForm>) -> Redirect {
+    let outcome = put(&caller, &f, false)
+        .await
+        .map(|n| format!("consumer group {} created in {n} broker group(s)", f.name));
     page::back("/groups", outcome)
 }
 
-#[derive(Deserialize)]
-pub struct NameForm {
-    name: String,
+pub async fn update(caller: Caller, Form(f): Form<GroupForm>) -> Redirect {
+    let outcome = match put(&caller, &f, true).await {
+        Ok(0) => Err(format!("no broker group has a config for {}; create it", f.name)),
+        Ok(n) => Ok(format!("consumer group {} updated in {n} broker group(s)", f.name)),
+        Err(e) => Err(e),
+    };
+    page::back(&link("/group", &[("name", &f.name)]), outcome)
 }
 
-pub async fn delete(caller: Caller, Form(f): Form<NameForm>) -> Redirect {
+#[derive(Deserialize)]
+pub struct DeleteForm {
+    name: String,
+    /// The "I mean it" box.
+    #[serde(default)]
+    sure: Option<String>,
+}
+
+pub async fn delete(caller: Caller, Form(f): Form<DeleteForm>) -> Redirect {
     let outcome = async {
         crate::broker::pop::validate_group(&f.name).map_err(|e| e.to_string())?;
+        if f.sure.is_none() {
+            return Err("tick \"I mean it\" to delete".to_string());
+        }
         let mut n = 0;
         for (g, addr) in caller.groups().await.map_err(|e| e.to_string())? {
             let mut c = caller.broker(&addr).map_err(|e| e.to_string())?;
@@ -154,6 +178,9 @@ pub async fn delete(caller: Caller, Form(f): Form<NameForm>) -> Redirect {
             {
                 n += 1;
             }
+        }
+        if n == 0 {
+            return Err(format!("no broker group has a config for {}", f.name));
         }
         Ok(format!("consumer group {} deleted in {n} broker group(s)", f.name))
     }
@@ -184,6 +211,7 @@ pub async fn reset(caller: Caller, Form(f): Form<ResetForm>) -> Redirect {
         let to_end = f.to == "end";
         let timestamp_ms = if to_end { 0 } else { page::instant_of(&f.at)? };
         let mut moved = 0;
+        let mut done: Vec<String> = Vec::new();
         for (g, addr) in caller.groups().await.map_err(|e| e.to_string())? {
             let mut c = caller.broker(&addr).map_err(|e| e.to_string())?;
             let r = find(
@@ -197,8 +225,14 @@ pub async fn reset(caller: Caller, Form(f): Form<ResetForm>) -> Redirect {
                 }),
             )
             .await
-            .map_err(|e| format!("group {g}: {e}"))?;
-            moved += r.map_or(0, |r| r.queues.len());
+            .map_err(|e| match done.is_empty() {
+                true => format!("group {g}: {e}"),
+                false => format!("group {g}: {e} (already moved in {})", done.join(", ")),
+            })?;
+            moved += r.as_ref().map_or(0, |r| r.queues.len());
+            if r.is_some() {
+                done.push(g);
+            }
         }
         if moved == 0 {
             return Err(format!("{} has no queue of {} to move", f.name, f.topic));
@@ -234,7 +268,6 @@ pub async fn detail(caller: Caller, Query(flash): Query<Flash>, Query(q): Query<
 async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
     crate::broker::pop::validate_group(name).map_err(|e| e.to_string())?;
     let mut config = None;
-    let mut queues = Vec::new();
     let mut errors = Vec::new();
     for (g, addr) in caller.groups().await.map_err(|e| e.to_string())? {
         let mut c = caller.broker(&addr).map_err(|e| e.to_string())?;
@@ -247,16 +280,9 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
             Ok(cfg) => config = config.or(cfg),
             Err(e) => errors.push(format!("group {g}: {e}")),
         }
-        match call(
-            "progress",
-            c.group_progress(pb::GroupProgressRequest { group: name.into() }),
-        )
-        .await
-        {
-            Ok(p) => queues.extend(p.queues.into_iter().map(|q| (g.clone(), q))),
-            Err(e) => errors.push(format!("group {g}: {e}")),
-        }
     }
+    let (queues, failed) = caller.progress(name).await;
+    errors.extend(failed);
     let clients = connections(caller, name).await;
     let topics: std::collections::BTreeSet<&str> = queues.iter().map(|(_, q)| q.topic.as_str()).collect();
     let lag: u64 = queues.iter().map(|(_, q)| q.lag).sum();
@@ -295,6 +321,16 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
             }
         }
         p { a href=(link("/messages", &[("topic", &dlq)])) { "Dead letters (" (dlq) ")" } }
+        h2 { "Change" }
+        form.card #update-group method="post" action=(if config.is_some() { "/group/update" } else { "/groups" }) {
+            input type="hidden" name="name" value=(name);
+            label { "Deliveries before the DLQ (0: default 16)" input name="max_delivery_attempts" type="number" min="0" max="1000"
+                value=(config.as_ref().map_or(0, |c| c.max_delivery_attempts)); }
+            label { "Order" select name="fifo" {
+                option value="false" selected[config.as_ref().is_some_and(|c| !c.fifo)] { "concurrent" }
+                option value="true" selected[config.as_ref().is_some_and(|c| c.fifo)] { "FIFO per queue" } } }
+            button type="submit" { (if config.is_some() { "Update in every group" } else { "Create a config" }) }
+        }
         h2 { "Reset offsets" }
         form.card #reset-form method="post" action="/group/reset" {
             input type="hidden" name="name" value=(name);
@@ -322,10 +358,11 @@ async fn connections(caller: &Caller, group: &str) -> Result<Vec<(String, pb::Cl
             group: group.into(),
             topic: String::new(),
         };
-        if let Ok(list) = call("clients", c.list_clients(req)).await {
-            let node = format!("{} node {}", n.group, n.node_id);
-            out.extend(list.clients.into_iter().map(|c| (node.clone(), c)));
-        }
+        let node = format!("{} node {}", n.group, n.node_id);
+        let list = call("clients", c.list_clients(req))
+            .await
+            .map_err(|e| format!("{node}: {e}"))?;
+        out.extend(list.clients.into_iter().map(|c| (node.clone(), c)));
     }
     Ok(out)
 }

@@ -13,8 +13,9 @@ use super::caller::{Caller, call};
 use super::page::{self, Flash, Nav, link};
 use crate::proto::pb;
 
-/// Messages one lookup returns per broker group.
-const MAX_RESULTS: u32 = 64;
+/// Messages one lookup returns per broker group (with their bodies: an
+/// answer is bounded by the client's 64 MiB message limit as well).
+const MAX_RESULTS: u32 = 32;
 /// Body bytes shown of one message (the rest is counted, not shown).
 const MAX_SHOWN_BODY: usize = 64 << 10;
 /// The property a dead letter carries: where it came from,
@@ -61,8 +62,9 @@ async fn query(caller: &Caller, topic: &str, by: pb::query_messages_request::By)
             by: Some(by.clone()),
             max: MAX_RESULTS,
         };
-        match c.query_messages(req).await {
-            Ok(r) => {
+        match tokio::time::timeout(super::caller::CALL_TIMEOUT, c.query_messages(req)).await {
+            Err(_) => errors.push(format!("group {g}: no answer")),
+            Ok(Ok(r)) => {
                 let r = r.into_inner();
                 out.extend(r.messages.into_iter().enumerate().map(|(i, m)| Found {
                     group: g.clone(),
@@ -70,8 +72,8 @@ async fn query(caller: &Caller, topic: &str, by: pb::query_messages_request::By)
                     m,
                 }));
             }
-            Err(s) if s.code() == tonic::Code::NotFound => {}
-            Err(s) => errors.push(format!("group {g}: {}", super::caller::refusal(&s))),
+            Ok(Err(s)) if s.code() == tonic::Code::NotFound => {}
+            Ok(Err(s)) => errors.push(format!("group {g}: {}", super::caller::refusal(&s))),
         }
     }
     if out.is_empty() && !errors.is_empty() {
@@ -173,7 +175,7 @@ fn resend_button(topic: &str, m: &pb::Message) -> Markup {
             form.inline method="post" action="/message/resend" {
                 input type="hidden" name="topic" value=(topic);
                 input type="hidden" name="id" value=(m.message_id);
-                button.resend type="submit" { "Resend to " (origin) }
+                button.resend type="submit" title={"Every consumer group subscribed to " (origin) " receives it again"} { "Resend to " (origin) }
             }
         }
     }

@@ -10,6 +10,7 @@
 //! |--------------|---------------------------------------------------------------------|
 //! | [`caller`]   | who a page calls as, the calls every page makes, refusals explained  |
 //! | [`state`]    | what every request handler shares                                   |
+//! | [`guard`]    | the Host allowlist, the same-origin rule for changes, framing and script policy |
 //! | [`session`]  | logging in and out (ACL 2.0 keys), the caller of a request, the same-origin guard |
 //! | [`sessions`] | the logins kept, by cookie token                                    |
 //! | [`page`]     | the page shell (navigation, style, the refresh script), links, flashes |
@@ -27,6 +28,7 @@ pub mod caller;
 pub mod charts;
 pub mod cluster;
 pub mod groups;
+pub mod guard;
 pub mod messages;
 pub mod page;
 pub mod sampler;
@@ -50,9 +52,15 @@ pub struct DashboardArgs {
     /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
     #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
     pub namesrv: String,
-    /// Address to serve the dashboard on (HTTP).
+    /// Address to serve the dashboard on (plain HTTP: keep it on loopback,
+    /// or put a TLS proxy in front).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     pub listen: String,
+    /// A further host name the dashboard answers to (`name` or
+    /// `name:port`), as a proxy or a published port names it; repeatable.
+    /// Other names are refused (DNS rebinding).
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
     /// How often the charts sample the nodes, in milliseconds.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(200..=60_000))]
     pub sample_ms: u64,
@@ -63,11 +71,14 @@ pub async fn run(a: DashboardArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", a.listen))?;
-    println!(
-        "raftmq dashboard on http://{}/ (NameServer {})",
-        listener.local_addr()?,
-        a.namesrv
-    );
+    let at = listener.local_addr()?;
+    println!("raftmq dashboard on http://{at}/ (NameServer {})", a.namesrv);
+    if !at.ip().is_loopback() {
+        eprintln!(
+            "warning: the dashboard speaks plain HTTP on {at}: logins cross the network unencrypted; \
+             put a TLS proxy in front, or keep it on 127.0.0.1"
+        );
+    }
     let stop = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
@@ -75,30 +86,56 @@ pub async fn run(a: DashboardArgs) -> anyhow::Result<()> {
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
         }
     };
-    serve(listener, a.namesrv, Duration::from_millis(a.sample_ms), stop).await
+    let opts = Options {
+        namesrv: a.namesrv,
+        allowed_hosts: a.allowed_hosts,
+        sample_every: Duration::from_millis(a.sample_ms),
+    };
+    serve(listener, opts, stop).await
 }
 
+/// What [`serve`] needs besides its listener.
+pub struct Options {
+    pub namesrv: String,
+    /// Host names to answer to besides the loopback ones ([`guard::Hosts`]).
+    pub allowed_hosts: Vec<String>,
+    pub sample_every: Duration,
+}
+
+/// Requests served at once; more wait (every page fans out to the nodes).
+const MAX_IN_FLIGHT: usize = 64;
+
 /// Serves the dashboard on `listener` until `stop` completes; the charts'
-/// sampler runs as long.
+/// sampler runs as long, signing with the keys this process was given.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    namesrv: String,
-    sample_every: Duration,
+    o: Options,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let charts = Arc::new(sampler::Charts::default());
-    let sampler = tokio::spawn(sampler::sample(charts.clone(), namesrv.clone(), sample_every));
+    let hosts = Arc::new(guard::Hosts::new(listener.local_addr()?, &o.allowed_hosts));
+    let channels = Arc::new(caller::Channels::default());
+    let own = crate::cli::connect::credentials();
     let state = Arc::new(state::Dashboard {
-        namesrv,
+        namesrv: o.namesrv.clone(),
         sessions: sessions::Sessions::default(),
-        charts,
+        charts: Arc::new(sampler::Charts::default()),
+        channels: channels.clone(),
+        sampler_signed: own.is_some(),
     });
-    let out = axum::serve(listener, router(state)).with_graceful_shutdown(stop).await;
+    let sampler_caller = caller::Caller {
+        namesrv: o.namesrv,
+        who: own,
+        channels,
+    };
+    let sampler = tokio::spawn(sampler::sample(state.charts.clone(), sampler_caller, o.sample_every));
+    let out = axum::serve(listener, router(state, hosts))
+        .with_graceful_shutdown(stop)
+        .await;
     sampler.abort();
     out.map_err(|e| anyhow::anyhow!("dashboard: {e}"))
 }
 
-fn router(state: state::State) -> Router {
+fn router(state: state::State, hosts: Arc<guard::Hosts>) -> Router {
     Router::new()
         .route("/", get(|| async { axum::response::Redirect::to("/cluster") }))
         .route("/cluster", get(cluster::page))
@@ -109,6 +146,7 @@ fn router(state: state::State) -> Router {
         .route("/topic/send", post(topics::send))
         .route("/groups", get(groups::list).post(groups::create))
         .route("/group", get(groups::detail))
+        .route("/group/update", post(groups::update))
         .route("/group/delete", post(groups::delete))
         .route("/group/reset", post(groups::reset))
         .route("/messages", get(messages::search))
@@ -117,7 +155,10 @@ fn router(state: state::State) -> Router {
         .route("/charts", get(charts::page))
         .route("/login", get(session::login_page).post(session::login))
         .route("/logout", post(session::logout))
-        .layer(axum::middleware::from_fn(session::same_origin))
+        .route("/live.js", get(page::script))
+        .route("/style.css", get(page::style))
+        .layer(axum::middleware::from_fn_with_state(hosts, guard::guard))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(MAX_IN_FLIGHT))
         // Forms are small; nothing larger is taken.
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
         .with_state(state)

@@ -6,7 +6,7 @@
 //! sizes and times are shown.
 
 use axum::response::Redirect;
-use maud::{DOCTYPE, Markup, PreEscaped, html};
+use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
 use super::caller::Caller;
@@ -117,7 +117,7 @@ pub fn shell(title: &str, active: Nav, caller: &Caller, flash: &Flash, body: Mar
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · raftmq" }
-                style { (PreEscaped(STYLE)) }
+                link rel="stylesheet" href="/style.css";
             }
             body data-refresh=(REFRESH_MS) {
                 header {
@@ -143,10 +143,24 @@ pub fn shell(title: &str, active: Nav, caller: &Caller, flash: &Flash, body: Mar
                     (body)
                 }
                 footer { "NameServer " (caller.namesrv) " · updated " span #updated { "now" } }
-                script { (PreEscaped(SCRIPT)) }
+                script src="/live.js" {}
             }
         }
     }
+}
+
+/// `/live.js`: the only script (served, not inline, so the page's
+/// Content-Security-Policy can forbid inline scripts).
+pub async fn script() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        SCRIPT,
+    )
+}
+
+/// `/style.css`.
+pub async fn style() -> impl axum::response::IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE)
 }
 
 /// Refreshes the `data-live` elements (by id) from a new copy of the page,

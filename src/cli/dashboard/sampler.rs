@@ -119,12 +119,9 @@ impl Charts {
     }
 }
 
-/// Samples the cluster every `every`, for as long as the dashboard runs.
-pub async fn sample(charts: Arc<Charts>, namesrv: String, every: Duration) {
-    let caller = Caller {
-        namesrv,
-        who: crate::cli::connect::credentials(),
-    };
+/// Samples the cluster every `every` as `caller`, for as long as the
+/// dashboard runs.
+pub async fn sample(charts: Arc<Charts>, caller: Caller, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -169,22 +166,11 @@ async fn read(caller: &Caller) -> Reading {
     }
     let mut offsets = HashMap::new();
     let mut lag = 0;
-    for (g, addr) in caller.groups().await.unwrap_or_default() {
-        let Ok(mut c) = caller.broker(&addr) else { continue };
-        match call(
-            "progress",
-            c.group_progress(pb::GroupProgressRequest { group: String::new() }),
-        )
-        .await
-        {
-            Ok(p) => {
-                for q in p.queues {
-                    lag += q.lag;
-                    offsets.insert((g.clone(), q.group, q.topic, q.queue), q.consumer_offset);
-                }
-            }
-            Err(e) => problems.push(format!("group {g}: {e}")),
-        }
+    let (progress, failed) = caller.progress("").await;
+    problems.extend(failed);
+    for (g, q) in progress {
+        lag += q.lag;
+        offsets.insert((g, q.group, q.topic, q.queue), q.consumer_offset);
     }
     let problem = (!problems.is_empty()).then(|| problems.join("; "));
     (totals, offsets, lag, problem)

@@ -2,20 +2,17 @@
 //! who logged in with an access key and secret key (ACL 2.0), so the
 //! cluster, not the dashboard, decides what that user may see and do.
 //!
-//! A login is kept by [`super::sessions`]. Every POST must come from the
-//! dashboard's own pages
-//! ([`same_origin`]): without it, any web page a logged-in operator opens
-//! could post a form that deletes a topic.
+//! A login is kept by [`super::sessions`]; [`super::guard`] keeps other
+//! sites' pages from using it.
 
-use axum::extract::{FromRequestParts, Request, State as AxumState};
-use axum::http::{HeaderMap, Method, StatusCode, header, request::Parts};
-use axum::middleware::Next;
+use axum::extract::{FromRequestParts, State as AxumState};
+use axum::http::{HeaderMap, header, request::Parts};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Form, extract::Query};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::caller::Caller;
+use super::caller::{Caller, refusal};
 use super::page::{self, Flash, Nav};
 use super::sessions::{COOKIE, SESSION_TTL, token};
 use super::state::State;
@@ -29,33 +26,9 @@ impl FromRequestParts<State> for Caller {
         Ok(Caller {
             namesrv: state.namesrv.clone(),
             who: token(&parts.headers).and_then(|t| state.sessions.get(t)),
+            channels: state.channels.clone(),
         })
     }
-}
-
-/// Refuses a POST that another site's page made: its `Origin` must be this
-/// dashboard's (`Host`), and the browser must not call it cross-site.
-pub async fn same_origin(req: Request, next: Next) -> Response {
-    if req.method() == Method::POST {
-        let h = req.headers();
-        let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-        let origin_ok = match h.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-            None => true,
-            Some(o) => o.strip_prefix("http://").or_else(|| o.strip_prefix("https://")) == Some(host),
-        };
-        let site_ok = h
-            .get("sec-fetch-site")
-            .and_then(|v| v.to_str().ok())
-            .is_none_or(|s| s == "same-origin" || s == "none");
-        if !origin_ok || !site_ok {
-            return (
-                StatusCode::FORBIDDEN,
-                "refused: a change must come from the dashboard's own pages",
-            )
-                .into_response();
-        }
-    }
-    next.run(req).await
 }
 
 pub async fn login_page(caller: Caller, Query(flash): Query<Flash>) -> Markup {
@@ -94,6 +67,7 @@ pub async fn login(AxumState(state): AxumState<State>, Form(f): Form<LoginForm>)
     let caller = Caller {
         namesrv: state.namesrv.clone(),
         who: Some(who.clone()),
+        channels: state.channels.clone(),
     };
     let check = async {
         let (_, addr) = caller
@@ -110,10 +84,13 @@ pub async fn login(AxumState(state): AxumState<State>, Form(f): Form<LoginForm>)
         )
         .await
         {
+            // Known, and allowed or denied this call: the keys are right.
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(s)) if s.code() == tonic::Code::PermissionDenied => Ok(()),
             Ok(Err(s)) if s.code() == tonic::Code::Unauthenticated => {
                 Err(format!("wrong access key or secret key ({})", s.message()))
             }
-            Ok(_) => Ok(()),
+            Ok(Err(s)) => Err(format!("the keys could not be checked: {}", refusal(&s))),
             Err(_) => Err(format!(
                 "the broker at {addr} did not answer within {} s",
                 super::caller::CALL_TIMEOUT.as_secs()
@@ -123,9 +100,7 @@ pub async fn login(AxumState(state): AxumState<State>, Form(f): Form<LoginForm>)
     if let Err(e) = check.await {
         return page::back("/login", Err(e)).into_response();
     }
-    let Some(token) = state.sessions.open(who.clone()) else {
-        return page::back("/login", Err("too many logins at once; try again later".into())).into_response();
-    };
+    let token = state.sessions.open(who.clone());
     let cookie = format!(
         "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
         SESSION_TTL.as_secs()

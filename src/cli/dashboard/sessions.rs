@@ -14,8 +14,11 @@ use crate::client::credentials::Credentials;
 pub const COOKIE: &str = "raftmq_session";
 /// How long a login lasts.
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-/// Logins kept at once; a new one past this is refused.
+/// Logins kept at once; a new one past this ends the oldest.
 pub const MAX_SESSIONS: usize = 4096;
+/// Logins of one access key kept at once; a new one past this ends that
+/// key's oldest (one user cannot push everyone else out).
+pub const MAX_SESSIONS_PER_KEY: usize = 16;
 
 struct Session {
     who: Credentials,
@@ -31,14 +34,29 @@ impl Sessions {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keeps `who` logged in; the token for its cookie, or `None` when
-    /// [`MAX_SESSIONS`] are live.
-    pub fn open(&self, who: Credentials) -> Option<String> {
+    /// Keeps `who` logged in; the token for its cookie. Past
+    /// [`MAX_SESSIONS_PER_KEY`] or [`MAX_SESSIONS`], the oldest login (of
+    /// that key, or of all) ends.
+    pub fn open(&self, who: Credentials) -> String {
         let mut map = self.lock();
         let now = Instant::now();
         map.retain(|_, s| s.until > now);
-        if map.len() >= MAX_SESSIONS {
-            return None;
+        let oldest = |map: &HashMap<String, Session>, key: Option<&str>| {
+            map.iter()
+                .filter(|(_, s)| key.is_none_or(|k| s.who.access_key == k))
+                .min_by_key(|(_, s)| s.until)
+                .map(|(t, _)| t.clone())
+        };
+        let of_key = map.values().filter(|s| s.who.access_key == who.access_key).count();
+        if of_key >= MAX_SESSIONS_PER_KEY
+            && let Some(t) = oldest(&map, Some(&who.access_key))
+        {
+            map.remove(&t);
+        }
+        if map.len() >= MAX_SESSIONS
+            && let Some(t) = oldest(&map, None)
+        {
+            map.remove(&t);
         }
         let token = hex::encode(rand::random::<[u8; 32]>());
         map.insert(
@@ -48,7 +66,7 @@ impl Sessions {
                 until: now + SESSION_TTL,
             },
         );
-        Some(token)
+        token
     }
 
     pub fn get(&self, token: &str) -> Option<Credentials> {
@@ -93,10 +111,21 @@ mod tests {
             access_key: "u".into(),
             secret_key: "s".into(),
         };
-        let t = s.open(who).unwrap();
+        let t = s.open(who.clone());
         assert_eq!(s.get(&t).unwrap().access_key, "u");
         assert!(s.get("other").is_none());
         s.close(&t);
         assert!(s.get(&t).is_none());
+        // One key's logins past its share end its oldest, not others'.
+        let other = s.open(Credentials {
+            access_key: "v".into(),
+            secret_key: "s".into(),
+        });
+        let first = s.open(who.clone());
+        for _ in 0..MAX_SESSIONS_PER_KEY {
+            s.open(who.clone());
+        }
+        assert!(s.get(&first).is_none());
+        assert!(s.get(&other).is_some());
     }
 }

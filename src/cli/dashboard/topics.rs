@@ -73,12 +73,13 @@ struct Row {
 
 async fn gather(caller: &Caller, filter: &str) -> Result<Vec<Row>, String> {
     let groups = caller.groups().await.map_err(|e| e.to_string())?;
+    let filter: String = filter.chars().take(128).collect::<String>().to_lowercase();
     let names: Vec<String> = caller
         .topic_names()
         .await
         .map_err(|e| e.to_string())?
         .into_iter()
-        .filter(|t| t.to_lowercase().contains(&filter.to_lowercase()))
+        .filter(|t| t.to_lowercase().contains(&filter))
         .take(MAX_LISTED)
         .collect();
     let rows = futures::stream::iter(names)
@@ -202,8 +203,9 @@ async fn put(caller: &Caller, addr: &str, f: &TopicForm) -> Result<(), String> {
     .map(|_| ())
 }
 
-/// Creates the topic in every group; refused before anything changes if a
-/// group has it already.
+/// Creates the topic in every group that lacks it (so a create cut short,
+/// or a group added since, is finished by creating again); groups that
+/// have it keep theirs. Refused when every group has it.
 pub async fn create(caller: Caller, Form(f): Form<TopicForm>) -> Redirect {
     let outcome = async {
         check(&f)?;
@@ -211,19 +213,33 @@ pub async fn create(caller: Caller, Form(f): Form<TopicForm>) -> Redirect {
         if groups.is_empty() {
             return Err("no broker group is registered with the NameServer".to_string());
         }
+        let (mut made, mut had) = (Vec::new(), Vec::new());
         for (g, addr) in &groups {
             if topic_in(&caller, addr, &f.name).await?.is_some() {
-                return Err(format!("topic {} exists in group {g}: change it on its page", f.name));
+                had.push(g.as_str());
+                continue;
             }
+            put(&caller, addr, &f).await.map_err(|e| match made.is_empty() {
+                true => format!("group {g}: {e}"),
+                false => format!(
+                    "group {g}: {e} (created in {}; create again to finish)",
+                    made.join(", ")
+                ),
+            })?;
+            made.push(g.as_str());
         }
-        for (g, addr) in &groups {
-            put(&caller, addr, &f).await.map_err(|e| format!("group {g}: {e}"))?;
+        if made.is_empty() {
+            return Err(format!("topic {} exists in every group: change it on its page", f.name));
         }
         caller.await_listed(&f.name, true).await;
+        let kept = match had.is_empty() {
+            true => String::new(),
+            false => format!("; {} had it already and kept theirs", had.join(", ")),
+        };
         Ok(format!(
-            "topic {} created in {} group(s): {} queues, {}",
+            "topic {} created in {}: {} queues, {}{kept}",
             f.name,
-            groups.len(),
+            made.join(", "),
             f.queues,
             f.message_type
         ))
@@ -254,13 +270,19 @@ pub async fn update(caller: Caller, Form(f): Form<TopicForm>) -> Redirect {
 }
 
 #[derive(Deserialize)]
-pub struct NameForm {
+pub struct DeleteForm {
     name: String,
+    /// The "I mean it" box.
+    #[serde(default)]
+    sure: Option<String>,
 }
 
-pub async fn delete(caller: Caller, Form(f): Form<NameForm>) -> Redirect {
+pub async fn delete(caller: Caller, Form(f): Form<DeleteForm>) -> Redirect {
     let outcome = async {
         raftmq_store::queue_table::validate_topic(&f.name).map_err(|e| e.to_string())?;
+        if f.sure.is_none() {
+            return Err("tick \"I mean it\" to delete".to_string());
+        }
         let mut n = 0;
         for (g, addr) in caller.groups().await.map_err(|e| e.to_string())? {
             if topic_in(&caller, &addr, &f.name).await?.is_some() {
@@ -273,6 +295,9 @@ pub async fn delete(caller: Caller, Form(f): Form<NameForm>) -> Redirect {
                 .map_err(|e| format!("group {g}: {e}"))?;
                 n += 1;
             }
+        }
+        if n == 0 {
+            return Err(format!("no such topic: {}", f.name));
         }
         caller.await_listed(&f.name, false).await;
         Ok(format!("topic {} deleted in {n} group(s)", f.name))
@@ -329,10 +354,6 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
     };
     Ok(html! {
         h1 { "Topic " (name) " " small { (t.read_queues) " queues · " (message_type) " · " (perm(t.perm)) } }
-        div.cards {
-            div.card { div.k { "messages kept" } div.v #kept { (kept) } }
-            div.card { div.k { "queues (all groups)" } div.v { (queues.len()) } }
-        }
         h2 { "Send a test message" }
         form.card #send-form method="post" action="/topic/send" {
             input type="hidden" name="topic" value=(name);
@@ -343,6 +364,10 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
         }
         h2 { "Queues" }
         div #queues-live data-live {
+            div.cards {
+                div.card { div.k { "messages kept" } div.v #kept { (kept) } }
+                div.card { div.k { "queues (all groups)" } div.v { (queues.len()) } }
+            }
             table #queues {
                 thead { tr { th { "group" } th.num { "queue" } th.num { "min offset" } th.num { "max offset" } th.num { "messages" } th { "last stored" } } }
                 tbody {
