@@ -104,7 +104,11 @@ impl From<Status> for BrokerError {
             Code::ResourceExhausted if m.starts_with("disk full") => BrokerError::DiskFull(m),
             Code::ResourceExhausted => BrokerError::Refused(V2Code::TooManyRequests, m),
             Code::PermissionDenied => BrokerError::Refused(V2Code::Forbidden, m),
-            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => BrokerError::Unavailable(m),
+            Code::Unavailable => BrokerError::Unavailable(m),
+            // The client's time ran out while the leader worked on it.
+            Code::DeadlineExceeded | Code::Cancelled => {
+                BrokerError::OutcomeUnknown(format!("the leader did not answer in time: {m}"))
+            }
             _ => BrokerError::Internal(m),
         }
     }

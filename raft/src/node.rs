@@ -391,6 +391,23 @@ impl RaftNode {
         }
     }
 
+    /// Resolves once `leader` is no longer the leader this node knows: a
+    /// new term, another leader, or none while an election runs (a
+    /// follower that stops hearing its leader starts one within the
+    /// election timeout). A call forwarded to `leader` may then never be
+    /// answered.
+    pub async fn leader_lost(&self, leader: NodeId) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if metrics.borrow_watched().current_leader != Some(leader) {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// The current leader's id and address, as this node knows them.
     pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
         let m = self.raft.metrics().borrow_watched().clone();

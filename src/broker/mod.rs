@@ -218,19 +218,33 @@ impl Broker {
             .map_err(|e| BrokerError::Internal(format!("a read failed: {e}")))?
     }
 
-    /// A channel to the current leader's client port, waiting (bounded) for
-    /// one to be elected. `None` when this node is the leader.
-    pub async fn leader_channel(&self) -> Result<Option<Channel>, BrokerError> {
-        let deadline = tokio::time::Instant::now() + FORWARD_WAIT;
+    /// How long a request waits for its group to elect a leader: a few
+    /// election timeouts, time for an election that can succeed. A node cut
+    /// off from the majority (which will not see one) answers a retryable
+    /// error then, long before a client's deadline, so the client tries
+    /// another node.
+    pub fn leader_wait(&self) -> Duration {
+        Duration::from_millis(self.cfg.election_timeout_max_ms.saturating_mul(3))
+            .clamp(Duration::from_millis(500), FORWARD_WAIT)
+    }
+
+    /// The current leader's id and a channel to its client port, waiting
+    /// ([`Broker::leader_wait`]) for one to be elected. `None` when this
+    /// node is the leader.
+    pub async fn leader_channel(&self) -> Result<Option<(u64, Channel)>, BrokerError> {
+        let deadline = tokio::time::Instant::now() + self.leader_wait();
         loop {
             if self.node.is_leader() {
                 return Ok(None);
             }
-            if let Some((_, addr)) = self.node.leader() {
-                return Ok(Some(self.channel_for(&addr)?));
+            if let Some((id, addr)) = self.node.leader() {
+                return Ok(Some((id, self.channel_for(&addr)?)));
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(BrokerError::Unavailable("no leader was elected in time".into()));
+                return Err(BrokerError::Unavailable(
+                    "this node knows no leader of its group (it may be cut off from the others); retry on another node"
+                        .into(),
+                ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -238,7 +252,7 @@ impl Broker {
 
     /// [`Broker::leader_channel`] as a `raftmq.v1.Broker` client.
     pub async fn leader_client(&self) -> Result<Option<BrokerClient<Channel>>, BrokerError> {
-        Ok(self.leader_channel().await?.map(|channel| {
+        Ok(self.leader_channel().await?.map(|(_, channel)| {
             BrokerClient::new(channel)
                 .max_decoding_message_size(crate::MAX_MESSAGE_SIZE)
                 .max_encoding_message_size(crate::MAX_MESSAGE_SIZE)

@@ -38,7 +38,13 @@ const MAX_HOPS: u8 = 2;
 /// with `forward` (given a channel to the leader's client port).
 /// When the known leader cannot be reached (it died and the group has not
 /// noticed yet), waits for the next one and forwards there, within
-/// [`FORWARD_WAIT`]: the client never has to retry elsewhere. A request is
+/// [`FORWARD_WAIT`]: the client need not retry elsewhere. A forward whose
+/// leader stops being this node's leader before it answers (paused, or cut
+/// off: this node stops hearing it within an election timeout) is given up
+/// as an unknown outcome (it may have been carried out), and a request
+/// while this node knows no leader for [`Broker::leader_wait`] is refused
+/// as unavailable: either way a client hears within about an election
+/// timeout, not at its own deadline, and may retry. A request is
 /// forwarded at most [`MAX_HOPS`] times, so two nodes with stale views of
 /// the leader cannot bounce it for ever. The forwarded copy keeps the
 /// client's metadata and what is left of its deadline.
@@ -61,7 +67,7 @@ where
     let (meta, _, req) = request.into_parts();
     let deadline = started + FORWARD_WAIT;
     loop {
-        let Some(channel) = broker.leader_channel().await? else {
+        let Some((leader, channel)) = broker.leader_channel().await? else {
             return local(req).await;
         };
         if hops >= MAX_HOPS {
@@ -76,7 +82,14 @@ where
         if let Some(t) = timeout {
             fwd.set_timeout(t.saturating_sub(started.elapsed()).max(Duration::from_millis(1)));
         }
-        match forward(channel, fwd).await {
+        let answer = tokio::select! {
+            r = forward(channel, fwd) => r,
+            // The forwarded request may or may not have been carried out.
+            _ = broker.node.leader_lost(leader) => return Err(BrokerError::OutcomeUnknown(format!(
+                "leader {leader} stopped leading (or being heard) before it answered; retry"
+            ))),
+        };
+        match answer {
             Ok(r) => return Ok(r),
             Err(s) if not_delivered(&s) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
