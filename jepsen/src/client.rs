@@ -59,8 +59,12 @@ pub enum Outcome<T> {
     Unknown(String),
 }
 
-/// How long one call may take; a slower one is an unknown outcome.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one call may take; a slower one is an unknown outcome. A node
+/// that knows no leader answers within about an election timeout, a
+/// healthy one in milliseconds: 2.5 s is a client's patience, and a
+/// gap in `availability` longer than it is the cluster's, not a call
+/// left waiting.
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(2500);
 
 #[derive(Clone)]
 pub struct Client {

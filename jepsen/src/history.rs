@@ -121,6 +121,9 @@ pub enum Call {
     },
     Drain {
         key: String,
+        /// The node drained; named apart from [`Op::node`], which shares
+        /// the same JSON object (a duplicate field would not read back).
+        #[serde(rename = "drain_node")]
         node: u64,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         msgs: Vec<(u64, u64)>,
@@ -313,6 +316,20 @@ mod tests {
             },
         ];
         let mut ops = ops;
+        // A drain names its node, and the op the node it was sent to.
+        ops.push(Op {
+            index: 3,
+            time: 12,
+            process: Process::Client(DRAIN_PROCESS),
+            kind: OpType::Ok,
+            call: Call::Drain {
+                key: "k0".into(),
+                node: 2,
+                msgs: vec![(0, 1)],
+            },
+            node: Some(2),
+            error: None,
+        });
         let held = [
             Call::TimedSend {
                 key: "h0".into(),
@@ -359,7 +376,7 @@ mod tests {
         assert!(text.contains(r#""f":"timed-send""#), "{text}");
         assert!(text.contains(r#""resolution":"commit""#), "{text}");
         assert!(
-            text.contains(r#"{"index":7,"time":20,"process":2000000,"type":"ok","f":"settle"}"#),
+            text.contains(r#"{"index":8,"time":20,"process":2000000,"type":"ok","f":"settle"}"#),
             "{text}"
         );
         assert_eq!(read_jsonl(&path).unwrap(), ops);

@@ -10,7 +10,9 @@
 //! stores the position; every few polls the slot moves to another key.
 //!
 //! Requests go to a random node, so followers forward writes to the
-//! leader. An operation with an unknown outcome retires its process (Jepsen's
+//! leader; a slot whose call ran into its deadline on a node sends its next
+//! calls elsewhere for [`AVOID_FOR`], as a client that tries another access
+//! point does (one slow node must not hold every slot). An operation with an unknown outcome retires its process (Jepsen's
 //! rule): the slot goes on as process `p + concurrency`. Reads have no
 //! effects, so a read that times out is a failure, not an unknown.
 //!
@@ -28,9 +30,20 @@ use std::time::{Duration, Instant, SystemTime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::client::{Client, Half, Outcome};
+use crate::client::{CALL_TIMEOUT, Client, Half, Outcome};
 use crate::history::{Call, DRAIN_PROCESS, OpType, Process, Resolution};
 use crate::recorder::Recorder;
+
+/// How long a slot keeps away from a node whose call ran into the deadline.
+pub const AVOID_FOR: Duration = Duration::from_secs(3);
+
+/// Node `drawn` (1..=`nodes`), or the next one when it is `avoided`.
+fn pick(drawn: u64, nodes: u64, avoided: Option<u64>) -> u64 {
+    match avoided {
+        Some(a) if a == drawn && nodes > 1 => drawn % nodes + 1,
+        _ => drawn,
+    }
+}
 
 pub struct Workload {
     /// One client per node, node id `i` at index `i - 1`.
@@ -99,6 +112,7 @@ impl Workload {
         let mut pending_end: Option<PendingEnd> = None;
         let every_key: Vec<&String> = self.keys.iter().chain(&self.held_keys).collect();
         let mean_gap = self.concurrency as f64 / self.rate.max(0.001);
+        let mut avoid: Option<(u64, Instant)> = None;
         while Instant::now() < until {
             // Exponential gaps: Poisson arrivals at the target rate.
             let gap = -mean_gap * (1.0 - rng.random::<f64>()).ln();
@@ -106,8 +120,14 @@ impl Workload {
             if Instant::now() >= until {
                 break;
             }
-            let node = rng.random_range(1..=self.clients.len() as u64);
+            let avoided = avoid.filter(|(_, end)| Instant::now() < *end).map(|(n, _)| n);
+            let node = pick(
+                rng.random_range(1..=self.clients.len() as u64),
+                self.clients.len() as u64,
+                avoided,
+            );
             let client = &self.clients[node as usize - 1];
+            let started = Instant::now();
             let p = Process::Client(process);
             let r: f64 = rng.random();
             let retire = if let Some(end) = pending_end.take() {
@@ -221,6 +241,9 @@ impl Workload {
                     }
                 }
             };
+            if started.elapsed() >= CALL_TIMEOUT.mul_f64(0.9) {
+                avoid = Some((node, Instant::now() + AVOID_FOR));
+            }
             if retire {
                 process += self.concurrency as u64;
                 assigned = None;
@@ -276,5 +299,19 @@ impl Workload {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_avoided_node_passes_its_turn_to_the_next() {
+        assert_eq!(pick(2, 3, None), 2);
+        assert_eq!(pick(2, 3, Some(2)), 3);
+        assert_eq!(pick(3, 3, Some(3)), 1);
+        assert_eq!(pick(1, 3, Some(2)), 1);
+        assert_eq!(pick(1, 1, Some(1)), 1);
     }
 }

@@ -39,7 +39,9 @@
 //!    position. Committed offsets never go backwards (`commit-regressed`):
 //!    a (group, key)'s ok commits, in completion order, never decrease, and
 //!    an ok assign invoked after an ok commit completed starts at or after
-//!    the largest such commit (an absent offset counts as 0).
+//!    the largest such commit (an absent offset counts as 0), unless it
+//!    starts at the offset of a commit still in doubt (not yet answered,
+//!    or answered with an unknown outcome, which may take effect late).
 //! 5. `replicas`: the Raft logs agree. Each replica's record indexes
 //!    increase by one (`log-gap`). Up to the smallest committed index over
 //!    the replicas (a replica that did not persist one counts its last
