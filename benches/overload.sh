@@ -72,6 +72,7 @@ import json, sys
 rs = [json.load(open(f)) for f in sys.argv[1:]]
 out = {k: sum(r[k] for r in rs) for k in ("ok", "refused", "errors", "not_offered", "msgs_per_s")}
 out.update({k: max(r[k] for r in rs) for k in ("p50_ms", "p99_ms", "max_ms")})
+out["first_error"] = next((r["first_error"] for r in rs if r.get("first_error")), None)
 print(json.dumps(out))
 PY
 )
@@ -79,6 +80,7 @@ PY
 after=$("$bin" bench produce --endpoint "$endpoints" --concurrency 64 --duration 10s --json --plot "$dir/recovery.png")
 show overload "$over"
 echo "             not offered (a client's 1024 outstanding all busy): $(field "$over" not_offered); latency: the worst client's"
+echo "             first error: $(field "$over" first_error)"
 show recovery "$after"
 python3 - "$(cat "$dir/consume.json")" <<'PY'
 import json, sys

@@ -70,7 +70,10 @@ impl RunningBroker {
                 BrokerService::new(broker.clone()),
                 broker.clone(),
             ))
-            .add_service(MessagingService::new(broker.clone()));
+            .add_service(crate::grpc::send_gate::SendGate::new(
+                MessagingService::new(broker.clone()),
+                broker.clone(),
+            ));
         // Official clients may send a multi-address :authority (see h2_authority).
         let server = raftmq_raft::serve::spawn_wrapped(
             listener,

@@ -539,3 +539,54 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
     assert!(raft.vote(req).await.is_err());
     still_whole(&mut c, &mut acked, "a bad snapshot and an absurd term").await;
 }
+
+/// Sends past `limits.max_inflight_sends` are refused by the gate in front
+/// of the service, before their bodies are decoded: each gets a whole
+/// answer with `TOO_MANY_REQUESTS` (no transport error, even though the
+/// request body was never read into a message), nothing of theirs is
+/// stored, and every send that was let in is where it was acknowledged.
+#[tokio::test(flavor = "multi_thread")]
+async fn sends_past_the_in_flight_bound_are_refused_whole_and_store_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "sync", "[limits]\nmax_inflight_sends = 2\n");
+    let leader = c.leader().await;
+    c.create_topic("T", 1, "").await;
+    let v = client(&c, leader).await;
+    let body = vec![b'x'; 256 << 10];
+    let one = |i: u64| {
+        let mut v = v.clone();
+        let m = msg("T", &format!("msg-{i}"), &body);
+        async move { (i, send(&mut v, vec![m]).await) }
+    };
+    let answers = futures::future::join_all((0..64).map(one)).await;
+    let mut acked = BTreeMap::new();
+    let mut refused = 0;
+    for (i, r) in &answers {
+        match code(&r.status) {
+            Code::Ok => {
+                acked.insert((0, r.entries[0].offset as u64), *i);
+            }
+            Code::TooManyRequests => refused += 1,
+            other => panic!("send {i}: {other:?} {r:?}"),
+        }
+    }
+    eprintln!("{} let in, {refused} refused", acked.len());
+    assert!(refused > 0, "64 sends at once, 2 places: some must be refused");
+    assert!(!acked.is_empty(), "some sends must get in");
+    // Only what was acknowledged is stored: dense offsets 0..acked.
+    let offsets: Vec<u64> = acked.keys().map(|(_, o)| *o).collect();
+    assert_eq!(offsets, (0..acked.len() as u64).collect::<Vec<_>>());
+    let mut admin = c.client(leader).await;
+    let read = admin
+        .read(pb::ReadRequest {
+            topic: "T".into(),
+            queue_id: 0,
+            offset: 0,
+            max_count: 1000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.messages.len(), acked.len(), "a refused send was stored");
+    still_whole(&mut c, &mut acked, "sends past the in-flight bound").await;
+}

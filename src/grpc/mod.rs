@@ -2,7 +2,9 @@
 //! official clients ([`rocketmq`]), `raftmq.v1.Broker` for raftmq's own
 //! tools ([`raftmq`]), and the HTTP/2 shim in front of the client port
 //! ([`h2_authority`], with the HPACK reading it needs in [`hpack`]);
-//! [`admin_access`] checks `raftmq.v1.Broker` calls under ACL.
+//! [`admin_access`] checks `raftmq.v1.Broker` calls under ACL;
+//! [`send_gate`] refuses sends past the in-flight bound before their
+//! bodies are read.
 //! Both services run what changes state on the leader through the one
 //! forwarding helper here, [`on_leader`].
 
@@ -11,6 +13,7 @@ pub mod h2_authority;
 pub mod hpack;
 pub mod raftmq;
 pub mod rocketmq;
+pub mod send_gate;
 
 use std::future::Future;
 use std::time::Duration;

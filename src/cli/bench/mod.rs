@@ -172,6 +172,9 @@ pub struct Report {
     /// Refused with TOO_MANY_REQUESTS: the broker was busy, nothing stored.
     pub refused: u64,
     pub errors: u64,
+    /// The first error, in words (what the others likely were too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
     /// Open loop (--rate): offers that found every sender busy.
     pub not_offered: u64,
     pub secs: f64,
@@ -224,6 +227,7 @@ struct Run {
     /// Messages the broker acknowledged (a send carries `--batch` of them).
     messages_ok: AtomicU64,
     errors: AtomicU64,
+    first_error: std::sync::OnceLock<String>,
     not_offered: AtomicU64,
     samples: Samples,
     /// This run's id (see [`RUN_ID`]).
@@ -330,10 +334,18 @@ impl Run {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 Sent::Refused
             }
-            Err(_) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
+            Err(e) => {
+                self.failed(&e);
                 Sent::Failed
             }
+        }
+    }
+
+    /// Counts an error, keeping the first one's words.
+    fn failed(&self, e: &dyn std::fmt::Display) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if self.first_error.get().is_none() {
+            let _ = self.first_error.set(e.to_string());
         }
     }
 
@@ -346,8 +358,8 @@ impl Run {
                 self.record(t.elapsed().as_micros() as u64).await;
                 Sent::Ok
             }
-            Err(_) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
+            Err(e) => {
+                self.failed(&e);
                 Sent::Failed
             }
         }
@@ -403,12 +415,12 @@ impl Run {
                         }
                     }
                     self.received.fetch_add(counted, Ordering::Relaxed);
-                    if self.client.ack(&a.group, &a.topic, &batch).await.is_err() {
-                        self.errors.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = self.client.ack(&a.group, &a.topic, &batch).await {
+                        self.failed(&e);
                     }
                 }
-                Err(_) => {
-                    self.errors.fetch_add(1, Ordering::Relaxed);
+                Err(e) => {
+                    self.failed(&e);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
@@ -459,6 +471,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         refused: AtomicU64::new(0),
         messages_ok: AtomicU64::new(0),
         errors: AtomicU64::new(0),
+        first_error: std::sync::OnceLock::new(),
         not_offered: AtomicU64::new(0),
         samples: Arc::default(),
         run_id: format!("{:016x}", rand::random::<u64>()),
@@ -520,6 +533,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         ok,
         refused: run.refused.load(Ordering::Relaxed),
         errors: run.errors.load(Ordering::Relaxed),
+        first_error: run.first_error.get().cloned(),
         not_offered: run.not_offered.load(Ordering::Relaxed),
         secs,
         msgs_per_s: ok as f64 / secs,
@@ -540,6 +554,9 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             "{mode}: {} ok, {} refused (busy), {} errors in {:.1} s: {:.0} msgs/s, {:.2} MiB/s",
             report.ok, report.refused, report.errors, report.secs, report.msgs_per_s, report.mib_per_s
         );
+        if let Some(e) = &report.first_error {
+            println!("first error: {e}");
+        }
         if a.rate.is_some() {
             println!("offers not made (every sender busy): {}", report.not_offered);
         }

@@ -1,0 +1,171 @@
+//! Refusing a send before its body is read. Under overload most sends are
+//! refused (`limits.max_inflight_sends`); a refusal that first decodes the
+//! request, checks it and builds a full answer costs about what a send
+//! does, so admitted sends wait behind refusals and throughput collapses.
+//! This gate sits in front of `apache.rocketmq.v2.MessagingService`: a
+//! `SendMessage` that finds no place is answered at once with a
+//! pre-encoded `TOO_MANY_REQUESTS` response, its body read past but never
+//! decoded; one that finds a place carries it ([`SendPlace`]) to the
+//! handler, which holds it until the answer.
+//!
+//! Wire layout of the answer: HTTP 200, `content-type: application/grpc`,
+//! one gRPC message (a 0 byte for "not compressed", the length as 4 bytes
+//! big-endian, the protobuf `SendMessageResponse`), then trailers with
+//! `grpc-status: 0` (the refusal is in the v2 status, as the handler's own
+//! refusals are).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use prost::Message;
+use tokio::sync::OwnedSemaphorePermit;
+use tonic::body::Body;
+use tonic::codegen::{Service, http};
+use tonic::server::NamedService;
+
+use crate::broker::Broker;
+use crate::proto::rocketmq::v2;
+
+/// The path of the call the gate watches.
+const SEND_PATH: &str = "/apache.rocketmq.v2.MessagingService/SendMessage";
+
+/// A send's place among `limits.max_inflight_sends`, taken by the gate and
+/// held by the handler (request extensions must be `Clone`).
+#[derive(Clone)]
+pub struct SendPlace(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+
+impl SendPlace {
+    /// The place, for whoever holds the request until its answer.
+    pub fn take(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+#[derive(Clone)]
+pub struct SendGate<S> {
+    inner: S,
+    broker: Arc<Broker>,
+}
+
+impl<S> SendGate<S> {
+    pub fn new(inner: S, broker: Arc<Broker>) -> SendGate<S> {
+        SendGate { inner, broker }
+    }
+}
+
+impl<S: NamedService> NamedService for SendGate<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+/// `status` as a whole gRPC answer to `SendMessage` (layout above).
+fn refusal(status: v2::Status) -> http::Response<Body> {
+    let answer = v2::SendMessageResponse {
+        status: Some(status),
+        entries: Vec::new(),
+    };
+    let len = answer.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    buf.put_u32(len as u32);
+    // Encoding into a buffer with room for it cannot fail.
+    let _ = answer.encode(&mut buf);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let frames: [Result<Frame<Bytes>, Infallible>; 2] = [Ok(Frame::data(buf.freeze())), Ok(Frame::trailers(trailers))];
+    let mut r = http::Response::new(Body::new(StreamBody::new(futures::stream::iter(frames))));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    r
+}
+
+/// Request bytes read past before a refusal (a body larger than this is
+/// answered unread, and the stream reset under it).
+const MAX_DRAINED: usize = 1 << 20;
+
+/// Reads `body` to its end, up to [`MAX_DRAINED`] bytes, without decoding
+/// it: a client still sending the body of a call already answered sees its
+/// stream reset, and some report that instead of the answer.
+async fn drain(mut body: Body) {
+    use http_body_util::BodyExt;
+    let mut read = 0;
+    while read <= MAX_DRAINED {
+        match body.frame().await {
+            Some(Ok(f)) => read += f.data_ref().map_or(0, |d| d.len()),
+            _ => return,
+        }
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S> Service<http::Request<Body>> for SendGate<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
+        if req.uri().path() == SEND_PATH {
+            let started = std::time::Instant::now();
+            match self.broker.admit_send() {
+                Ok(place) => {
+                    req.extensions_mut()
+                        .insert(SendPlace(Arc::new(Mutex::new(Some(place)))));
+                }
+                Err(e) => {
+                    let status = e.v2_status();
+                    // A forwarded send was counted where the client sent it.
+                    if !req.headers().contains_key(crate::grpc::FORWARDED) {
+                        let code = v2::Code::try_from(status.code).map_or("UNKNOWN", |c| c.as_str_name());
+                        self.broker.metrics.rpc("SendMessage", code, started);
+                    }
+                    return Box::pin(async move {
+                        drain(req.into_body()).await;
+                        Ok(refusal(status))
+                    });
+                }
+            }
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refusal_is_one_grpc_message_and_an_ok_grpc_status() {
+        let status = v2::Status {
+            code: v2::Code::TooManyRequests as i32,
+            message: "busy".into(),
+        };
+        let r = refusal(status.clone());
+        assert_eq!(r.headers()[http::header::CONTENT_TYPE], "application/grpc");
+        let body = r.into_body().collect().await.unwrap();
+        assert_eq!(body.trailers().unwrap()["grpc-status"], "0");
+        let bytes = body.to_bytes();
+        assert_eq!(bytes[0], 0, "not compressed");
+        let len = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
+        assert_eq!(len, bytes.len() - 5);
+        let answer = v2::SendMessageResponse::decode(&bytes[5..]).unwrap();
+        assert_eq!(answer.status, Some(status));
+    }
+}
