@@ -248,6 +248,55 @@ async fn with_acl_on_pages_call_as_the_user_logged_in_and_other_sites_cannot_pos
     assert!(page.contains("data-topic=\"SecureTopic\""), "{page}");
     assert!(!page.contains("data-topic=\"Evil\""), "{page}");
 
+    // A Normal user allowed only to publish to SecureTopic is offered only
+    // that: no topic creation, a send form on SecureTopic's page, and no
+    // update or delete there (the dashboard read her policy at login).
+    for args in [
+        &["user", "create", "-u", "alice", "-p", "alice-secret"][..],
+        &[
+            "acl",
+            "create",
+            "-s",
+            "User:alice",
+            "-r",
+            "Topic:SecureTopic",
+            "-a",
+            "Pub,Get",
+            "-d",
+            "Allow",
+        ],
+    ] {
+        let namesrv = info["namesrv_addr"].as_str().unwrap();
+        let args = [args, &["--namesrv", namesrv][..]].concat();
+        let (ok, _, err) = common::dev::admin_cli(&info, &args);
+        assert!(ok, "{args:?}: {err}");
+    }
+    let (code, body) = post(&addr, "/login", "", "access_key=alice&secret_key=alice-secret");
+    assert_eq!(code, 303, "{body}");
+    let alice = body
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie for alice: {body}"))
+        .to_string();
+    let (_, page) = get(&addr, "/topics", &alice);
+    assert!(page.contains("data-topic=\"SecureTopic\""), "{page}");
+    assert!(
+        !page.contains("id=\"create-topic\""),
+        "alice may not create topics: {page}"
+    );
+    let (_, page) = get(&addr, "/topic?name=SecureTopic", &alice);
+    assert!(page.contains("id=\"send-form\""), "alice may publish: {page}");
+    assert!(
+        !page.contains("/topic/delete") && !page.contains("/topic/update"),
+        "{page}"
+    );
+    let (_, page) = get(&addr, "/topic?name=SecureTopic", &cookie);
+    assert!(
+        page.contains("/topic/delete"),
+        "the Super user is offered deletion: {page}"
+    );
+
     // Logged out, the cookie is worth nothing.
     let (code, body) = post(&addr, "/logout", &format!("Cookie: {cookie}\r\n"), "");
     assert_eq!(code, 303, "{body}");

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tonic::transport::Channel;
 
+use super::permissions::Permissions;
 use crate::cli::connect::{Signed, ask, broker_as, channel};
 use crate::client::credentials::Credentials;
 use crate::proto::pb;
@@ -22,6 +23,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Caller {
     pub namesrv: String,
     pub who: Option<Credentials>,
+    /// What `who` may do: the pages offer only that.
+    pub may: Arc<Permissions>,
     pub channels: Arc<Channels>,
 }
 

@@ -11,6 +11,8 @@ use axum::response::Redirect;
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use raftmq_raft::acl::{Action, ResourceType};
+
 use super::caller::{Caller, call, find};
 use super::page::{self, Flash, Nav, link};
 use super::state::State;
@@ -57,7 +59,7 @@ pub async fn list(AxumState(state): AxumState<State>, caller: Caller, Query(flas
     let body = match summaries(&caller).await {
         Ok((groups, errors)) => {
             // Read with the dashboard's own keys: only for those logged in.
-            let rates = if state.sampler_signed && caller.who.is_none() {
+            let rates = if state.own.is_some() && caller.who.is_none() {
                 Default::default()
             } else {
                 state.charts.group_rates()
@@ -65,11 +67,13 @@ pub async fn list(AxumState(state): AxumState<State>, caller: Caller, Query(flas
             html! {
                 h1 { "Consumer groups " small { (groups.len()) } }
                 @for e in &errors { (page::error_box(e)) }
+                @if caller.may.may_some(ResourceType::Group, Action::Create) {
                 form.card #create-group method="post" action="/groups" {
                     label { "New consumer group" input #group-name name="name" required pattern="[A-Za-z0-9_%|-]{1,122}" placeholder="OrderConsumers"; }
                     label { "Deliveries before the DLQ (0: default 16)" input name="max_delivery_attempts" type="number" min="0" max="1000" value="0"; }
                     label { "Order" select name="fifo" { option value="false" { "concurrent" } option value="true" { "FIFO per queue" } } }
                     button type="submit" { "Create in every group" }
+                }
                 }
                 div #groups-live data-live {
                     table #groups {
@@ -288,6 +292,7 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
     let lag: u64 = queues.iter().map(|(_, q)| q.lag).sum();
     let inflight: u64 = queues.iter().map(|(_, q)| u64::from(q.inflight)).sum();
     let dlq = raftmq_raft::consumption::dlq_topic(name);
+    let may = |a| caller.may.may(ResourceType::Group, name, a);
     Ok(html! {
         h1 { "Consumer group " (name) " "
             small { @match &config { Some(c) => { (if c.fifo { "FIFO" } else { "concurrent" }) " · up to " (if c.max_delivery_attempts > 0 { c.max_delivery_attempts } else { 16 }) " deliveries" }
@@ -321,6 +326,7 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
             }
         }
         p { a href=(link("/messages", &[("topic", &dlq)])) { "Dead letters (" (dlq) ")" } }
+        @if may(if config.is_some() { Action::Update } else { Action::Create }) {
         h2 { "Change" }
         form.card #update-group method="post" action=(if config.is_some() { "/group/update" } else { "/groups" }) {
             input type="hidden" name="name" value=(name);
@@ -331,6 +337,8 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
                 option value="true" selected[config.as_ref().is_some_and(|c| c.fifo)] { "FIFO per queue" } } }
             button type="submit" { (if config.is_some() { "Update in every group" } else { "Create a config" }) }
         }
+        }
+        @if may(Action::Update) && !topics.is_empty() {
         h2 { "Reset offsets" }
         form.card #reset-form method="post" action="/group/reset" {
             input type="hidden" name="name" value=(name);
@@ -339,10 +347,13 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
             label { "Time (local, ms since the epoch, or an age like 10m)" input name="at" type="text" placeholder="2026-12-04T09:00 or 1h"; }
             button type="submit" { "Reset" }
         }
+        }
+        @if may(Action::Delete) {
         form.card method="post" action="/group/delete" {
             input type="hidden" name="name" value=(name);
             label { "Delete " (name) "'s config and progress" span { input type="checkbox" name="sure" required; " I mean it" } }
             button.danger type="submit" { "Delete" }
+        }
         }
     })
 }

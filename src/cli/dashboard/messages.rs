@@ -9,8 +9,11 @@ use axum::response::Redirect;
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use raftmq_raft::acl::{Action, ResourceType};
+
 use super::caller::{Caller, call};
 use super::page::{self, Flash, Nav, link};
+use super::permissions::Permissions;
 use crate::proto::pb;
 
 /// Messages one lookup returns per broker group (with their bodies: an
@@ -138,13 +141,13 @@ pub async fn search(caller: Caller, Query(flash): Query<Flash>, Query(q): Query<
             None => p.hint { "Look a message up by its id, by a key (newest first), or by when it was stored (per queue, oldest first). Dead-letter topics are named %DLQ%<group>." },
             Some(Err(e)) => (page::error_box(e)),
             Some(Ok(found)) if found.is_empty() => p.hint #no-results { "Nothing found." },
-            Some(Ok(found)) => (results_table(&q.topic, found)),
+            Some(Ok(found)) => (results_table(&q.topic, found, &caller.may)),
         }
     };
     page::shell("Messages", Nav::Messages, &caller, &flash, body)
 }
 
-fn results_table(topic: &str, found: &[Found]) -> Markup {
+fn results_table(topic: &str, found: &[Found], may: &Permissions) -> Markup {
     html! {
         table #results {
             thead { tr { th { "message id" } th { "group" } th.num { "queue" } th.num { "offset" } th { "tag" } th { "keys" } th { "stored" } th.num { "body" } @if is_dlq(topic) { th {} } } }
@@ -158,7 +161,7 @@ fn results_table(topic: &str, found: &[Found]) -> Markup {
                     td { (f.m.keys.join(" ")) }
                     td { (page::time(f.m.store_timestamp_ms)) }
                     td.num { (page::bytes(f.m.body.len() as u64)) }
-                    @if is_dlq(topic) { td { (resend_button(topic, &f.m)) } }
+                    @if is_dlq(topic) { td { (resend_button(topic, &f.m, may)) } }
                 }
             } }
         }
@@ -169,9 +172,9 @@ fn origin_topic(m: &pb::Message) -> Option<&str> {
     m.properties.get(DLQ_ORIGIN).and_then(|o| o.split('/').next())
 }
 
-fn resend_button(topic: &str, m: &pb::Message) -> Markup {
+fn resend_button(topic: &str, m: &pb::Message, may: &Permissions) -> Markup {
     html! {
-        @if let Some(origin) = origin_topic(m) {
+        @if let Some(origin) = origin_topic(m).filter(|o| may.may(ResourceType::Topic, o, Action::Pub)) {
             form.inline method="post" action="/message/resend" {
                 input type="hidden" name="topic" value=(topic);
                 input type="hidden" name="id" value=(m.message_id);
@@ -203,7 +206,7 @@ pub async fn view(caller: Caller, Query(flash): Query<Flash>, Query(q): Query<Vi
             let text = std::str::from_utf8(shown).ok();
             html! {
                 h1 { "Message " small { (f.m.message_id) } }
-                @if is_dlq(&q.topic) { p { (resend_button(&q.topic, &f.m)) } }
+                @if is_dlq(&q.topic) { p { (resend_button(&q.topic, &f.m, &caller.may)) } }
                 table #message {
                     tbody {
                         tr { th { "topic" } td { a href=(link("/topic", &[("name", &q.topic)])) { (q.topic) } } }

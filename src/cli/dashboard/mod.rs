@@ -19,6 +19,7 @@
 //! | [`groups`]   | `/groups`, `/group`: lag, in-flight, rates, connections; reset offsets |
 //! | [`messages`] | `/messages`, `/message`: by id, key or time; dead letters resent     |
 //! | [`charts`]   | `/charts`: messages in and out per second and lag, as SVG             |
+//! | [`permissions`] | what the user logged in may do, read from the ACL: what pages offer |
 //! | [`sampler`]  | the background reading of rates and lag the charts and groups show  |
 //!
 //! Every change is a POST of a form from the dashboard's own pages, answered
@@ -31,6 +32,7 @@ pub mod groups;
 pub mod guard;
 pub mod messages;
 pub mod page;
+pub mod permissions;
 pub mod sampler;
 pub mod session;
 pub mod sessions;
@@ -120,11 +122,12 @@ pub async fn serve(
         sessions: sessions::Sessions::default(),
         charts: Arc::new(sampler::Charts::default()),
         channels: channels.clone(),
-        sampler_signed: own.is_some(),
+        own: own.clone(),
     });
     let sampler_caller = caller::Caller {
         namesrv: o.namesrv,
         who: own,
+        may: Default::default(),
         channels,
     };
     let sampler = tokio::spawn(sampler::sample(state.charts.clone(), sampler_caller, o.sample_every));

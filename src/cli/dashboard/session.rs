@@ -12,8 +12,9 @@ use axum::{Form, extract::Query};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::caller::{Caller, refusal};
+use super::caller::{Caller, call, refusal};
 use super::page::{self, Flash, Nav};
+use super::permissions::Permissions;
 use super::sessions::{COOKIE, SESSION_TTL, token};
 use super::state::State;
 use crate::client::credentials::Credentials;
@@ -23,9 +24,14 @@ impl FromRequestParts<State> for Caller {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, state: &State) -> Result<Caller, Self::Rejection> {
+        let (who, may) = match token(&parts.headers).and_then(|t| state.sessions.get(t)) {
+            Some((who, may)) => (Some(who), may),
+            None => (None, Default::default()),
+        };
         Ok(Caller {
             namesrv: state.namesrv.clone(),
-            who: token(&parts.headers).and_then(|t| state.sessions.get(t)),
+            who,
+            may,
             channels: state.channels.clone(),
         })
     }
@@ -67,6 +73,7 @@ pub async fn login(AxumState(state): AxumState<State>, Form(f): Form<LoginForm>)
     let caller = Caller {
         namesrv: state.namesrv.clone(),
         who: Some(who.clone()),
+        may: Default::default(),
         channels: state.channels.clone(),
     };
     let check = async {
@@ -100,7 +107,17 @@ pub async fn login(AxumState(state): AxumState<State>, Form(f): Form<LoginForm>)
     if let Err(e) = check.await {
         return page::back("/login", Err(e)).into_response();
     }
-    let token = state.sessions.open(who.clone());
+    let may = match &state.own {
+        Some(own) => {
+            let own = Caller {
+                who: Some(own.clone()),
+                ..caller.clone()
+            };
+            permissions(&own, &who.access_key).await
+        }
+        None => Default::default(),
+    };
+    let token = state.sessions.open(who.clone(), may);
     let cookie = format!(
         "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
         SESSION_TTL.as_secs()
@@ -121,4 +138,22 @@ pub async fn logout(AxumState(state): AxumState<State>, headers: HeaderMap) -> R
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
+}
+
+/// `user`'s permissions, read as `own` (the dashboard's keys); Unknown when
+/// they cannot be read.
+async fn permissions(own: &Caller, user: &str) -> Permissions {
+    let Ok(groups) = own.groups().await else {
+        return Permissions::Unknown;
+    };
+    let Some((_, addr)) = groups.first() else {
+        return Permissions::Unknown;
+    };
+    let Ok(mut c) = own.broker(addr) else {
+        return Permissions::Unknown;
+    };
+    match call("read acl", c.read_acl(pb::ReadAclRequest {})).await {
+        Ok(r) => super::permissions::of(&r, user),
+        Err(_) => Permissions::Unknown,
+    }
 }

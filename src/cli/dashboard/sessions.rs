@@ -3,11 +3,12 @@
 //! [`MAX_SESSIONS`] at once.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
 
+use super::permissions::Permissions;
 use crate::client::credentials::Credentials;
 
 /// The session cookie's name.
@@ -22,6 +23,8 @@ pub const MAX_SESSIONS_PER_KEY: usize = 16;
 
 struct Session {
     who: Credentials,
+    /// What `who` may do, as read at login.
+    may: Arc<Permissions>,
     until: Instant,
 }
 
@@ -37,7 +40,7 @@ impl Sessions {
     /// Keeps `who` logged in; the token for its cookie. Past
     /// [`MAX_SESSIONS_PER_KEY`] or [`MAX_SESSIONS`], the oldest login (of
     /// that key, or of all) ends.
-    pub fn open(&self, who: Credentials) -> String {
+    pub fn open(&self, who: Credentials, may: Permissions) -> String {
         let mut map = self.lock();
         let now = Instant::now();
         map.retain(|_, s| s.until > now);
@@ -63,17 +66,19 @@ impl Sessions {
             token.clone(),
             Session {
                 who,
+                may: Arc::new(may),
                 until: now + SESSION_TTL,
             },
         );
         token
     }
 
-    pub fn get(&self, token: &str) -> Option<Credentials> {
+    /// The login behind `token`: who, and what they may do.
+    pub fn get(&self, token: &str) -> Option<(Credentials, Arc<Permissions>)> {
         let map = self.lock();
         map.get(token)
             .filter(|s| s.until > Instant::now())
-            .map(|s| s.who.clone())
+            .map(|s| (s.who.clone(), s.may.clone()))
     }
 
     pub fn close(&self, token: &str) {
@@ -111,19 +116,22 @@ mod tests {
             access_key: "u".into(),
             secret_key: "s".into(),
         };
-        let t = s.open(who.clone());
-        assert_eq!(s.get(&t).unwrap().access_key, "u");
+        let t = s.open(who.clone(), Permissions::Unknown);
+        assert_eq!(s.get(&t).unwrap().0.access_key, "u");
         assert!(s.get("other").is_none());
         s.close(&t);
         assert!(s.get(&t).is_none());
         // One key's logins past its share end its oldest, not others'.
-        let other = s.open(Credentials {
-            access_key: "v".into(),
-            secret_key: "s".into(),
-        });
-        let first = s.open(who.clone());
+        let other = s.open(
+            Credentials {
+                access_key: "v".into(),
+                secret_key: "s".into(),
+            },
+            Permissions::Unknown,
+        );
+        let first = s.open(who.clone(), Permissions::Unknown);
         for _ in 0..MAX_SESSIONS_PER_KEY {
-            s.open(who.clone());
+            s.open(who.clone(), Permissions::Unknown);
         }
         assert!(s.get(&first).is_none());
         assert!(s.get(&other).is_some());

@@ -10,8 +10,11 @@ use futures::StreamExt;
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use raftmq_raft::acl::{Action, ResourceType};
+
 use super::caller::{Caller, call, find};
 use super::page::{self, Flash, Nav, link};
+use super::permissions::Permissions;
 use crate::proto::pb;
 
 /// Topics listed on one page at most (a filter narrows them).
@@ -58,7 +61,7 @@ pub struct ListQuery {
 
 pub async fn list(caller: Caller, Query(flash): Query<Flash>, Query(lq): Query<ListQuery>) -> Markup {
     let body = match gather(&caller, &lq.q).await {
-        Ok(rows) => list_view(&rows, &lq.q),
+        Ok(rows) => list_view(&rows, &lq.q, &caller.may),
         Err(e) => page::error_box(&e),
     };
     page::shell("Topics", Nav::Topics, &caller, &flash, body)
@@ -127,15 +130,17 @@ fn perm_select(selected: u32) -> Markup {
     }
 }
 
-fn list_view(rows: &[Row], filter: &str) -> Markup {
+fn list_view(rows: &[Row], filter: &str, may: &Permissions) -> Markup {
     html! {
         h1 { "Topics " small { (rows.len()) " shown" } }
+        @if may.may_some(ResourceType::Topic, Action::Create) {
         form.card #create-topic method="post" action="/topics" {
             label { "New topic" input #topic-name name="name" required pattern="[A-Za-z0-9_%|-]{1,127}" placeholder="OrderTopic"; }
             label { "Queues" input name="queues" type="number" min="1" max="1024" value="8"; }
             label { "Message type" (type_select("NORMAL")) }
             label { "Permission" (perm_select(6)) }
             button #create-topic-submit type="submit" { "Create in every group" }
+        }
         }
         form.card method="get" action="/topics" {
             label { "Filter" input name="q" value=(filter) placeholder="part of a name"; }
@@ -352,8 +357,10 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
     } else {
         t.message_type.as_str()
     };
+    let may = |a| caller.may.may(ResourceType::Topic, name, a);
     Ok(html! {
         h1 { "Topic " (name) " " small { (t.read_queues) " queues · " (message_type) " · " (perm(t.perm)) } }
+        @if may(Action::Pub) {
         h2 { "Send a test message" }
         form.card #send-form method="post" action="/topic/send" {
             input type="hidden" name="topic" value=(name);
@@ -361,6 +368,7 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
             label { "Keys (space-separated)" input #send-keys name="keys" placeholder="order-42"; }
             label { "Body" textarea #send-body name="body" { "hello from the dashboard" } }
             button #send-submit type="submit" { "Send" }
+        }
         }
         h2 { "Queues" }
         div #queues-live data-live {
@@ -379,7 +387,8 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
             }
         }
         p { a href=(link("/messages", &[("topic", name)])) { "Look up messages in " (name) } }
-        h2 { "Change" }
+        @if may(Action::Update) || may(Action::Delete) { h2 { "Change" } }
+        @if may(Action::Update) {
         form.card method="post" action="/topic/update" {
             input type="hidden" name="name" value=(name);
             label { "Queues" input name="queues" type="number" min="1" max="1024" value=(t.read_queues); }
@@ -387,10 +396,13 @@ async fn detail_of(caller: &Caller, name: &str) -> Result<Markup, String> {
             label { "Permission" (perm_select(t.perm)) }
             button type="submit" { "Update in every group" }
         }
+        }
+        @if may(Action::Delete) {
         form.card method="post" action="/topic/delete" {
             input type="hidden" name="name" value=(name);
             label { "Delete " (name) " and its messages" span { input type="checkbox" name="sure" required; " I mean it" } }
             button.danger #delete-topic type="submit" { "Delete" }
+        }
         }
     })
 }
