@@ -187,15 +187,26 @@ impl Broker {
     /// instead of timing out. Held until the answer (forwarding to the
     /// leader included).
     pub fn admit_send(&self) -> Result<tokio::sync::OwnedSemaphorePermit, BrokerError> {
-        self.sends.clone().try_acquire_owned().map_err(|_| {
-            BrokerError::Refused(
-                Code::TooManyRequests,
-                format!(
-                    "the broker is busy: {} sends in progress (limits.max_inflight_sends); retry later",
-                    self.cfg.limits.max_inflight_sends
-                ),
-            )
-        })
+        self.sends.clone().try_acquire_owned().map_err(|_| self.busy())
+    }
+
+    /// [`Broker::admit_send`]'s answer now, without taking a place: the
+    /// refusal a send would get (`grpc::send_gate` refuses early with it).
+    pub fn send_room(&self) -> Result<(), BrokerError> {
+        match self.sends.available_permits() {
+            0 => Err(self.busy()),
+            _ => Ok(()),
+        }
+    }
+
+    fn busy(&self) -> BrokerError {
+        BrokerError::Refused(
+            Code::TooManyRequests,
+            format!(
+                "the broker is busy: {} sends in progress (limits.max_inflight_sends); retry later",
+                self.cfg.limits.max_inflight_sends
+            ),
+        )
     }
 
     /// Runs `f`, a read that walks the store, on a blocking thread once one

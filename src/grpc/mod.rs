@@ -85,10 +85,21 @@ where
         if let Some(t) = timeout {
             fwd.set_timeout(t.saturating_sub(started.elapsed()).max(Duration::from_millis(1)));
         }
+        let lost = broker.node.leader_lost(leader);
+        tokio::pin!(lost);
+        // That leader was gone before anything was sent: look again.
+        if futures::poll!(lost.as_mut()).is_ready() {
+            if Instant::now() < deadline {
+                continue;
+            }
+            return Err(BrokerError::Unavailable(
+                "the leader changed before the request could be forwarded; retry".into(),
+            ));
+        }
         let answer = tokio::select! {
             r = forward(channel, fwd) => r,
             // The forwarded request may or may not have been carried out.
-            _ = broker.node.leader_lost(leader) => return Err(BrokerError::OutcomeUnknown(format!(
+            _ = lost => return Err(BrokerError::OutcomeUnknown(format!(
                 "leader {leader} stopped leading (or being heard) before it answered; retry"
             ))),
         };

@@ -3,10 +3,11 @@
 //! request, checks it and builds a full answer costs about what a send
 //! does, so admitted sends wait behind refusals and throughput collapses.
 //! This gate sits in front of `apache.rocketmq.v2.MessagingService`: a
-//! `SendMessage` that finds no place is answered at once with a
-//! pre-encoded `TOO_MANY_REQUESTS` response, its body read past but never
-//! decoded; one that finds a place carries it ([`SendPlace`]) to the
-//! handler, which holds it until the answer.
+//! `SendMessage` that arrives while every place is taken is answered at
+//! once with a pre-encoded `TOO_MANY_REQUESTS` response, its body read past
+//! but never decoded. The gate only looks: the place itself is taken by the
+//! handler after the body is in and the caller checked, as before, so a
+//! client that sends headers and no body holds nothing.
 //!
 //! Wire layout of the answer: HTTP 200, `content-type: application/grpc`,
 //! one gRPC message (a 0 byte for "not compressed", the length as 4 bytes
@@ -17,14 +18,13 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body_util::StreamBody;
 use hyper::body::Frame;
 use prost::Message;
-use tokio::sync::OwnedSemaphorePermit;
 use tonic::body::Body;
 use tonic::codegen::{Service, http};
 use tonic::server::NamedService;
@@ -34,18 +34,6 @@ use crate::proto::rocketmq::v2;
 
 /// The path of the call the gate watches.
 const SEND_PATH: &str = "/apache.rocketmq.v2.MessagingService/SendMessage";
-
-/// A send's place among `limits.max_inflight_sends`, taken by the gate and
-/// held by the handler (request extensions must be `Clone`).
-#[derive(Clone)]
-pub struct SendPlace(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
-
-impl SendPlace {
-    /// The place, for whoever holds the request until its answer.
-    pub fn take(&self) -> Option<OwnedSemaphorePermit> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
 
 #[derive(Clone)]
 pub struct SendGate<S> {
@@ -86,22 +74,28 @@ fn refusal(status: v2::Status) -> http::Response<Body> {
     r
 }
 
-/// Request bytes read past before a refusal (a body larger than this is
-/// answered unread, and the stream reset under it).
-const MAX_DRAINED: usize = 1 << 20;
+/// Request bytes read past before a refusal: the largest message and its
+/// gRPC prefix (a larger body is answered unread, its stream reset).
+const MAX_DRAINED: usize = crate::MAX_MESSAGE_SIZE + 5;
+/// How long a refusal waits for the rest of a body.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Reads `body` to its end, up to [`MAX_DRAINED`] bytes, without decoding
-/// it: a client still sending the body of a call already answered sees its
-/// stream reset, and some report that instead of the answer.
+/// Reads `body` to its end, up to [`MAX_DRAINED`] bytes and for
+/// [`DRAIN_TIME`], without decoding it: a client still sending the body of
+/// a call already answered sees its stream reset, and some report that
+/// instead of the answer. It holds no place meanwhile.
 async fn drain(mut body: Body) {
     use http_body_util::BodyExt;
-    let mut read = 0;
-    while read <= MAX_DRAINED {
-        match body.frame().await {
-            Some(Ok(f)) => read += f.data_ref().map_or(0, |d| d.len()),
-            _ => return,
+    let read_all = async {
+        let mut read = 0;
+        while read <= MAX_DRAINED {
+            match body.frame().await {
+                Some(Ok(f)) => read += f.data_ref().map_or(0, |d| d.len()),
+                _ => return,
+            }
         }
-    }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, read_all).await;
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -119,27 +113,24 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
-        if req.uri().path() == SEND_PATH {
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        // Only a look: the place itself is taken by the handler once the
+        // body is in and the caller checked (taking it here would let a
+        // client that sends headers and never a body hold every place).
+        if req.uri().path() == SEND_PATH
+            && let Err(e) = self.broker.send_room()
+        {
             let started = std::time::Instant::now();
-            match self.broker.admit_send() {
-                Ok(place) => {
-                    req.extensions_mut()
-                        .insert(SendPlace(Arc::new(Mutex::new(Some(place)))));
-                }
-                Err(e) => {
-                    let status = e.v2_status();
-                    // A forwarded send was counted where the client sent it.
-                    if !req.headers().contains_key(crate::grpc::FORWARDED) {
-                        let code = v2::Code::try_from(status.code).map_or("UNKNOWN", |c| c.as_str_name());
-                        self.broker.metrics.rpc("SendMessage", code, started);
-                    }
-                    return Box::pin(async move {
-                        drain(req.into_body()).await;
-                        Ok(refusal(status))
-                    });
-                }
+            let status = e.v2_status();
+            // A forwarded send was counted where the client sent it.
+            if !req.headers().contains_key(crate::grpc::FORWARDED) {
+                let code = v2::Code::try_from(status.code).map_or("UNKNOWN", |c| c.as_str_name());
+                self.broker.metrics.rpc("SendMessage", code, started);
             }
+            return Box::pin(async move {
+                drain(req.into_body()).await;
+                Ok(refusal(status))
+            });
         }
         Box::pin(self.inner.call(req))
     }

@@ -33,15 +33,7 @@ pub(super) async fn send_message(
                 .unwrap_or_default()
         })
         .collect();
-    // The gate in front took the send's place (send_gate.rs); a request
-    // that came another way takes one here.
-    let place = match request.extensions().get::<crate::grpc::send_gate::SendPlace>() {
-        Some(p) => p
-            .take()
-            .ok_or_else(|| BrokerError::Internal("a send's place was taken twice".into())),
-        None => svc.broker.admit_send(),
-    };
-    let out = match place {
+    let out = match svc.broker.admit_send() {
         Ok(_in_progress) => {
             svc.on_leader(
                 request,
