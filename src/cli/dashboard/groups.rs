@@ -256,16 +256,8 @@ pub async fn reset(caller: Caller, Form(f): Form<ResetForm>) -> Redirect {
     page::back(&here, outcome)
 }
 
-#[derive(Deserialize)]
-pub struct DetailQuery {
-    name: String,
-}
-
-pub async fn detail(caller: Caller, Query(flash): Query<Flash>, Query(q): Query<DetailQuery>) -> Markup {
-    let body = match detail_of(&caller, &q.name).await {
-        Ok(v) => v,
-        Err(e) => page::error_box(&e),
-    };
+pub async fn detail(caller: Caller, Query(flash): Query<Flash>, Query(q): Query<page::Named>) -> Markup {
+    let body = page::or_error(detail_of(&caller, &q.name).await);
     page::shell(&q.name, Nav::Groups, &caller, &flash, body)
 }
 

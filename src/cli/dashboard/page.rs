@@ -103,6 +103,17 @@ pub fn instant_of(at: &str) -> Result<u64, String> {
     crate::cli::group::timestamp_of("time", at).map_err(|e| e.to_string())
 }
 
+/// `?name=`: the topic or group a detail page is about.
+#[derive(Debug, Deserialize)]
+pub struct Named {
+    pub name: String,
+}
+
+/// A page body, or what kept it from being made as a red box.
+pub fn or_error(body: Result<Markup, String>) -> Markup {
+    body.unwrap_or_else(|e| error_box(&e))
+}
+
 /// Any error as a red box.
 pub fn error_box(e: &str) -> Markup {
     html! { p.error { (e) } }

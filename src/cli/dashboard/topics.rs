@@ -60,10 +60,11 @@ pub struct ListQuery {
 }
 
 pub async fn list(caller: Caller, Query(flash): Query<Flash>, Query(lq): Query<ListQuery>) -> Markup {
-    let body = match gather(&caller, &lq.q).await {
-        Ok(rows) => list_view(&rows, &lq.q, &caller.may),
-        Err(e) => page::error_box(&e),
-    };
+    let body = page::or_error(
+        gather(&caller, &lq.q)
+            .await
+            .map(|rows| list_view(&rows, &lq.q, &caller.may)),
+    );
     page::shell("Topics", Nav::Topics, &caller, &flash, body)
 }
 
@@ -314,16 +315,8 @@ pub async fn delete(caller: Caller, Form(f): Form<DeleteForm>) -> Redirect {
     }
 }
 
-#[derive(Deserialize)]
-pub struct DetailQuery {
-    name: String,
-}
-
-pub async fn detail(caller: Caller, Query(flash): Query<Flash>, Query(q): Query<DetailQuery>) -> Markup {
-    let body = match detail_of(&caller, &q.name).await {
-        Ok(v) => v,
-        Err(e) => page::error_box(&e),
-    };
+pub async fn detail(caller: Caller, Query(flash): Query<Flash>, Query(q): Query<page::Named>) -> Markup {
+    let body = page::or_error(detail_of(&caller, &q.name).await);
     page::shell(&q.name, Nav::Topics, &caller, &flash, body)
 }
 
