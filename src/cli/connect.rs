@@ -130,22 +130,26 @@ pub async fn group_endpoints(namesrv: &str, only: Option<&str>) -> anyhow::Resul
         c.get_cluster_info(pb::ClusterInfoRequest {}).await
     })
     .await?;
-    let mut groups: std::collections::BTreeMap<String, String> = Default::default();
-    for n in info.nodes {
-        if only.is_some_and(|g| g != n.group) {
-            continue;
-        }
-        if n.is_group_leader || !groups.contains_key(&n.group) {
-            groups.insert(n.group.clone(), n.client_addr.clone());
-        }
-    }
+    let groups = group_addresses(info.nodes.into_iter().filter(|n| only.is_none_or(|g| g == n.group)));
     if groups.is_empty() {
         bail!(
             "no broker group{} is registered with the NameServer",
             only.map(|g| format!(" named {g}")).unwrap_or_default()
         );
     }
-    Ok(groups.into_iter().collect())
+    Ok(groups)
+}
+
+/// Each group of `nodes` with the client address of its leader as the
+/// NameServers name it (or of any node, which forwards), by group name.
+pub fn group_addresses(nodes: impl IntoIterator<Item = pb::NodeInfo>) -> Vec<(String, String)> {
+    let mut groups: std::collections::BTreeMap<String, String> = Default::default();
+    for n in nodes {
+        if n.is_group_leader || !groups.contains_key(&n.group) {
+            groups.insert(n.group, n.client_addr);
+        }
+    }
+    groups.into_iter().collect()
 }
 
 /// A `raftmq.v1.Broker` client for a broker group (any node; followers

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tonic::transport::Channel;
 
 use super::permissions::Permissions;
-use crate::cli::connect::{Signed, ask, broker_as, channel};
+use crate::cli::connect::{Signed, ask, broker_as, channel, group_addresses};
 use crate::client::credentials::Credentials;
 use crate::proto::pb;
 use crate::proto::pb::broker_client::BrokerClient;
@@ -76,13 +76,7 @@ impl Caller {
     /// Each broker group and the address of its leader (as the NameServers
     /// name it; followers forward), by group name.
     pub async fn groups(&self) -> anyhow::Result<Vec<(String, String)>> {
-        let mut groups: std::collections::BTreeMap<String, String> = Default::default();
-        for n in self.cluster().await?.nodes {
-            if n.is_group_leader || !groups.contains_key(&n.group) {
-                groups.insert(n.group, n.client_addr);
-            }
-        }
-        Ok(groups.into_iter().collect())
+        Ok(group_addresses(self.cluster().await?.nodes))
     }
 
     /// Every topic the NameServers know, sorted.
