@@ -57,7 +57,6 @@ impl From<RaftError> for BrokerError {
             RaftError::NotLeader { .. } | RaftError::Unavailable(_) => BrokerError::Unavailable(e.to_string()),
             RaftError::OutcomeUnknown(m) => BrokerError::OutcomeUnknown(m),
             RaftError::Invalid(m) => BrokerError::Invalid(m),
-            RaftError::Store(raftmq_store::StoreError::DiskFull { .. }) => BrokerError::DiskFull(e.to_string()),
             RaftError::Store(raftmq_store::StoreError::BadArgument(m)) => BrokerError::Invalid(m),
             other => BrokerError::Internal(other.to_string()),
         }

@@ -17,6 +17,7 @@
 //! | [`quarantine`]    | a store damaged beyond what recovery cuts is set aside; the node starts empty |
 //! | [`catching_up`]   | a node whose log lost committed entries to damage: no vote until it has them again |
 //! | [`log_store`]     | openraft's log storage on the CommitLog, with the log index; reads an entry's messages |
+//! | [`room`]          | a log append, vote or purge that ran out of disk space waits for room instead of failing |
 //! | [`state_machine`] | applies entries: queue offsets, ConsumeQueues, keys, metadata; snapshots |
 //! | [`network`]       | the gRPC client side of the Raft transport                         |
 //! | [`service`]       | the gRPC server side, feeding requests into openraft               |
@@ -51,6 +52,7 @@ pub mod network;
 pub mod node;
 pub mod quarantine;
 pub mod raft_meta;
+pub mod room;
 pub mod secret;
 pub mod serve;
 pub mod service;

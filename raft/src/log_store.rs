@@ -35,13 +35,14 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use raftmq_store::commitlog::NewRecord;
-use raftmq_store::{ConsumeQueue, CqUnit, RecordRef, Store};
+use raftmq_store::{ConsumeQueue, CqUnit, RecordMeta, RecordRef, Store};
 
 use crate::command::{Command, Decoded};
 use crate::entry;
@@ -49,6 +50,7 @@ use crate::error::io_err;
 use crate::held::HeldId;
 use crate::message::{Message, MessageView};
 use crate::raft_meta::RaftMeta;
+use crate::room::until_room;
 use crate::types::{Entry, LogId, TypeConfig, Vote, log_id};
 
 /// Units per log-index file (20 bytes each, sector-packed: about 6 MB).
@@ -65,6 +67,8 @@ struct Inner {
     /// Serializes log mutations: openraft's, and the state machine's
     /// snapshot install, which replaces the log under this lock.
     write: Mutex<()>,
+    /// Set at shutdown: storage steps waiting for disk space give up.
+    stopping: AtomicBool,
     /// Physical offset below which a purge may delete whole segments. Set by
     /// retention only: the log is the message store, so openraft's own purges
     /// (after a snapshot install, say) must not delete messages that
@@ -80,6 +84,16 @@ struct Inner {
 #[derive(Clone)]
 pub struct LogStore {
     inner: Arc<Inner>,
+}
+
+/// How far an append got before it ran out of disk space (see
+/// [`LogStore::append_step`]).
+#[derive(Default)]
+struct AppendProgress {
+    /// The records are in the CommitLog, at these offsets.
+    appended: Option<raftmq_store::Appended>,
+    /// Log-index units written for them so far.
+    indexed: usize,
 }
 
 /// Owns a record and exposes its payload, so entries read from the log can
@@ -108,6 +122,7 @@ impl LogStore {
                 index,
                 meta,
                 write: Mutex::new(()),
+                stopping: AtomicBool::new(false),
                 delete_floor: std::sync::atomic::AtomicU64::new(0),
                 lost_up_to: None,
             }),
@@ -397,33 +412,55 @@ impl LogStore {
         self.last_entry_ending_by(self.inner.store.dispatched_offset())
     }
 
-    fn append_now(&self, entries: Vec<Entry>) -> io::Result<u64> {
+    /// Writes entries (as their records `parts`) into the CommitLog and the log
+    /// index, going on from `progress` when an earlier try ran out of space
+    /// half-way: the records are appended once, then the index units still
+    /// missing. Returns the log's end after them.
+    fn append_step(&self, parts: &[(RecordMeta, Bytes)], progress: &mut AppendProgress) -> io::Result<u64> {
         let _w = self.write_lock();
-        let parts: Vec<_> = entries.iter().map(entry::to_record).collect();
-        let records: Vec<NewRecord<'_>> = parts
-            .iter()
-            .map(|(meta, payload)| NewRecord { meta: *meta, payload })
-            .collect();
         let index = &self.inner.index;
-        if let Some(first) = records.first() {
-            let next = index.max_offset();
-            if first.meta.index != next && index.min_offset() != index.max_offset() {
-                return Err(invalid(format!(
-                    "append of entry {} leaves a hole: the log ends before {next}",
-                    first.meta.index
-                )));
+        let appended = match &progress.appended {
+            Some(a) => {
+                // Nothing else writes the log while openraft waits on this
+                // append; if it moved anyway, going on would corrupt it.
+                let first = parts.first().map_or(0, |(meta, _)| meta.index);
+                let expected = first + progress.indexed as u64;
+                if index.max_offset() != expected {
+                    return Err(invalid(format!(
+                        "the log index moved to {} while an append waited for disk space at {expected}",
+                        index.max_offset()
+                    )));
+                }
+                a
             }
-            if records.windows(2).any(|w| w[1].meta.index != w[0].meta.index + 1) {
-                return Err(invalid("appended entries are not consecutive".into()));
+            None => {
+                let records: Vec<NewRecord<'_>> = parts
+                    .iter()
+                    .map(|(meta, payload)| NewRecord { meta: *meta, payload })
+                    .collect();
+                if let Some(first) = records.first() {
+                    let next = index.max_offset();
+                    if first.meta.index != next && index.min_offset() != index.max_offset() {
+                        return Err(invalid(format!(
+                            "append of entry {} leaves a hole: the log ends before {next}",
+                            first.meta.index
+                        )));
+                    }
+                    if records.windows(2).any(|w| w[1].meta.index != w[0].meta.index + 1) {
+                        return Err(invalid("appended entries are not consecutive".into()));
+                    }
+                    // An empty log (fresh, or right after a snapshot install) starts
+                    // wherever its first entry is.
+                    if index.max_offset() != first.meta.index {
+                        index.reset(first.meta.index).map_err(io_err)?;
+                    }
+                }
+                progress
+                    .appended
+                    .insert(self.inner.store.commitlog().append(&records).map_err(io_err)?)
             }
-            // An empty log (fresh, or right after a snapshot install) starts
-            // wherever its first entry is.
-            if index.max_offset() != first.meta.index {
-                index.reset(first.meta.index).map_err(io_err)?;
-            }
-        }
-        let appended = self.inner.store.commitlog().append(&records).map_err(io_err)?;
-        for ((meta, payload), &phys) in parts.iter().zip(&appended.offsets) {
+        };
+        for ((meta, payload), &phys) in parts.iter().zip(&appended.offsets).skip(progress.indexed) {
             index
                 .append(CqUnit {
                     phys,
@@ -431,8 +468,14 @@ impl LogStore {
                     tag_hash: meta.term,
                 })
                 .map_err(io_err)?;
+            progress.indexed += 1;
         }
         Ok(appended.end)
+    }
+
+    /// Lets storage steps that wait for disk space give up (at shutdown).
+    pub fn stop_waiting_for_room(&self) {
+        self.inner.stopping.store(true, std::sync::atomic::Ordering::Release);
     }
 
     fn truncate_now(&self, first: u64) -> io::Result<()> {
@@ -516,17 +559,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        let this = self.clone();
         let vote = *vote;
-        tokio::task::spawn_blocking(move || {
-            // A vote must not become durable ahead of an append submitted
-            // before it (see the module docs).
-            let log = this.inner.store.commitlog();
-            log.wait_durable(log.max_offset()).map_err(io_err)?;
-            this.inner.meta.save_vote(&vote)
+        until_room("vote", &self.inner.stopping, || {
+            let this = self.clone();
+            let saved = tokio::task::spawn_blocking(move || {
+                // A vote must not become durable ahead of an append submitted
+                // before it (see the module docs).
+                let log = this.inner.store.commitlog();
+                log.wait_durable(log.max_offset()).map_err(io_err)?;
+                this.inner.meta.save_vote(&vote)
+            });
+            async move { saved.await.map_err(io::Error::other)? }
         })
         .await
-        .map_err(io::Error::other)?
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
@@ -553,7 +598,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let end = self.append_now(entries.into_iter().collect())?;
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let parts: Vec<_> = entries.iter().map(entry::to_record).collect();
+        let mut progress = AppendProgress::default();
+        let end = until_room("log append", &self.inner.stopping, || {
+            std::future::ready(self.append_step(&parts, &mut progress))
+        })
+        .await?;
         self.inner
             .store
             .commitlog()
@@ -569,9 +620,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || this.purge_now(log_id))
-            .await
-            .map_err(io::Error::other)?
+        until_room("log purge", &self.inner.stopping, || {
+            let this = self.clone();
+            let purged = tokio::task::spawn_blocking(move || this.purge_now(log_id));
+            async move { purged.await.map_err(io::Error::other)? }
+        })
+        .await
     }
 }

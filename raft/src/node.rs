@@ -28,6 +28,13 @@ pub const SETTLE_WAIT: Duration = Duration::from_secs(2);
 /// voter to take over (see [`RaftNode::hand_over`]).
 pub const HAND_OVER_WAIT: Duration = Duration::from_secs(2);
 
+/// How often a node looks at its disk's use (one `statvfs`), so a full
+/// disk is refused, and a full leader hands over, within about this long.
+pub const DISK_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a leader whose disk is full waits before it tries handing
+/// over again (when the first try found no follower to take over).
+pub const DISK_HAND_OVER_RETRY: Duration = Duration::from_secs(4);
+
 /// How a node runs. The broker fills it from its TOML config.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -257,6 +264,7 @@ impl RaftNode {
             node.clone().spawn_preferred_leader(preferred);
         }
         node.clone().spawn_retention(cfg.retention_interval, cfg.wall_clock_ms);
+        node.clone().spawn_disk_watch(DISK_WATCH_INTERVAL);
         tracing::info!(node = cfg.node_id, raft = %raft_addr, "raft node started");
         Ok(node)
     }
@@ -686,9 +694,60 @@ impl RaftNode {
         });
     }
 
+    /// Looks at the disk's use every `every` and marks the store full past
+    /// `disk_refuse_ratio` (the broker then refuses new sends). A leader
+    /// whose disk is full hands leadership to the follower with the most of
+    /// its log, so the group goes on taking sends through the others; it
+    /// tries again every [`DISK_HAND_OVER_RETRY`] while it still leads.
+    fn spawn_disk_watch(self: Arc<Self>, every: Duration) {
+        let mut stopped = self.stop.subscribe();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut handed_over: Option<tokio::time::Instant> = None;
+            let mut failing = false;
+            loop {
+                tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => return,
+                    _ = tick.tick() => {}
+                }
+                let store = self.store.clone();
+                let looked =
+                    tokio::task::spawn_blocking(move || store.watch_disk(&raftmq_store::retention::StatvfsProbe)).await;
+                let full = match looked {
+                    Ok(Ok(full)) => {
+                        failing = false;
+                        full
+                    }
+                    Ok(Err(e)) => {
+                        if !std::mem::replace(&mut failing, true) {
+                            tracing::warn!(error = %e, "cannot read the disk's use");
+                        }
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                let due = handed_over.is_none_or(|t| t.elapsed() >= DISK_HAND_OVER_RETRY);
+                if let Some((used, limit)) = full
+                    && self.is_leader()
+                    && due
+                {
+                    handed_over = Some(tokio::time::Instant::now());
+                    tracing::warn!(
+                        disk_percent = used,
+                        limit_percent = limit,
+                        "disk full on the leader: handing leadership over"
+                    );
+                    self.hand_over(DISK_HAND_OVER_RETRY / 2).await;
+                }
+            }
+        });
+    }
+
     /// Stops Raft and the transport and closes the store cleanly.
     pub async fn shutdown(&self) -> Result<(), RaftError> {
         let _ = self.stop.send(true);
+        self.log.stop_waiting_for_room();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }

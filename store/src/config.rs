@@ -193,13 +193,16 @@ impl RetentionConfig {
                 self.delete_when_hour
             )));
         }
+        // Refusing writes before deleting unconsumed data for room (force
+        // above refuse, 1.0 for never) is a choice an operator may make.
         let ok = 0.0 < self.disk_warn_ratio
             && self.disk_warn_ratio <= self.disk_force_ratio
-            && self.disk_force_ratio <= self.disk_refuse_ratio
+            && self.disk_warn_ratio <= self.disk_refuse_ratio
+            && self.disk_force_ratio <= 1.0
             && self.disk_refuse_ratio <= 1.0;
         if !ok {
             return Err(StoreError::BadArgument(format!(
-                "retention ratios must satisfy 0 < warn ({}) <= force ({}) <= refuse ({}) <= 1",
+                "retention ratios must satisfy 0 < warn ({}) <= force ({}) <= 1 and warn <= refuse ({}) <= 1",
                 self.disk_warn_ratio, self.disk_force_ratio, self.disk_refuse_ratio
             )));
         }
@@ -225,5 +228,16 @@ mod tests {
             ..StoreConfig::default()
         };
         assert!(cfg.validate().unwrap_err().to_string().contains("cq_units_per_file"));
+        // Refuse before force (never delete for room) is allowed; warn
+        // above either is not.
+        let retention = |warn, force, refuse| RetentionConfig {
+            disk_warn_ratio: warn,
+            disk_force_ratio: force,
+            disk_refuse_ratio: refuse,
+            ..RetentionConfig::default()
+        };
+        retention(0.75, 1.0, 0.9).validate().unwrap();
+        assert!(retention(0.95, 1.0, 0.9).validate().is_err());
+        assert!(retention(0.75, 1.1, 0.9).validate().is_err());
     }
 }

@@ -1,14 +1,32 @@
 //! The store's one error type.
 //!
 //! Callers care about three questions, and the variants answer them:
-//! is the data on disk damaged ([`StoreError::Corrupt`]), is the disk full
-//! ([`StoreError::DiskFull`], retry after retention frees space), or did the
-//! caller ask for something impossible ([`StoreError::BadArgument`],
-//! [`StoreError::NotRecordBoundary`], [`StoreError::OutOfRange`])? Everything
-//! else is an I/O failure of the host.
+//! is the data on disk damaged ([`StoreError::Corrupt`]), is the disk out of
+//! space (an I/O error for which [`StoreError::is_out_of_space`] holds: the
+//! same call succeeds once space is freed, and a failed append wrote
+//! nothing), or did the caller ask for something impossible
+//! ([`StoreError::BadArgument`], [`StoreError::NotRecordBoundary`],
+//! [`StoreError::OutOfRange`])? Everything else is an I/O failure of the host.
+//! (Disk use past the refuse watermark is no error here: see
+//! `CommitLog::disk_full`.)
 
 use std::io;
 use std::path::PathBuf;
+
+impl StoreError {
+    /// The filesystem had no room (`ENOSPC`, or `EDQUOT` for a quota).
+    pub fn is_out_of_space(&self) -> bool {
+        match self {
+            StoreError::Io { source, .. } => is_out_of_space(source),
+            _ => false,
+        }
+    }
+}
+
+/// Whether an I/O error is the filesystem having no room.
+pub fn is_out_of_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) || e.kind() == io::ErrorKind::StorageFull
+}
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -18,13 +36,6 @@ pub enum StoreError {
     /// Bytes read from disk failed validation (length, magic, CRC, layout).
     #[error("corrupt data in {file} at offset {offset}: {reason}")]
     Corrupt { file: PathBuf, offset: u64, reason: String },
-
-    /// Disk usage is above the refuse-writes watermark; appends are rejected
-    /// until retention frees space.
-    #[error(
-        "disk full: {used_percent:.1}% of the store's file system is used (writes refused above {limit_percent:.1}%)"
-    )]
-    DiskFull { used_percent: f64, limit_percent: f64 },
 
     /// The caller passed a value the store cannot accept (too large a record,
     /// an invalid name, a bad config value).

@@ -63,7 +63,13 @@ impl MappedFile {
             .create_new(true)
             .open(path)
             .at(path)?;
-        preallocate(&file, len).at(path)?;
+        if let Err(e) = preallocate(&file, len) {
+            // Out of space, say: leave nothing behind, so the same create
+            // can be tried again once there is room.
+            drop(file);
+            let _ = std::fs::remove_file(path);
+            return Err(e).at(path);
+        }
         let mapped = Self::map(path, file, len, opts)?;
         if opts.warm_up {
             mapped.warm_up(0);

@@ -13,7 +13,7 @@
 //! | `< disk_warn_ratio` (75 %)       | the leading run of expired segments goes, only at `delete_when_hour` (4 h local) | [`Reason::Expired`] |
 //! | `>= disk_warn_ratio` (75 %)      | the leading run of expired segments goes, at any hour          | [`Reason::ExpiredDiskWarn`] |
 //! | `>= disk_force_ratio` (85 %)     | also the oldest segments, expired or not, until usage is back under 85 % (at least one) | [`Reason::DiskForce`] |
-//! | `>= disk_refuse_ratio` (90 %)    | as above, and [`RetentionPlan::refuse_writes`]: appends fail with [`StoreError::DiskFull`] | [`Reason::DiskForce`] |
+//! | `>= disk_refuse_ratio` (90 %)    | as above (when force is not higher), and [`RetentionPlan::refuse_writes`]: the log is marked full, and the broker refuses new sends | [`Reason::DiskForce`] |
 //!
 //! Whatever the rule, deletion is always a prefix ("every segment before
 //! offset X"), and it never takes
@@ -188,22 +188,12 @@ pub struct RetentionPlan {
     pub delete_before: Option<u64>,
     /// How many leading segments that is.
     pub segments_to_delete: usize,
-    /// Disk use is at or past `disk_refuse_ratio`: appends must fail with
-    /// [`StoreError::DiskFull`] (see [`RetentionPlan::disk_full_error`]).
+    /// Disk use is at or past `disk_refuse_ratio`: new sends must be
+    /// refused (the log is marked full, see `CommitLog::disk_full`).
     pub refuse_writes: bool,
     pub reason: Reason,
     /// `used / total` of the disk when planned.
     pub disk_ratio: f64,
-}
-
-impl RetentionPlan {
-    /// The error appends should fail with while this plan refuses writes.
-    pub fn disk_full_error(&self, cfg: &RetentionConfig) -> Option<StoreError> {
-        self.refuse_writes.then_some(StoreError::DiskFull {
-            used_percent: self.disk_ratio * 100.0,
-            limit_percent: cfg.disk_refuse_ratio * 100.0,
-        })
-    }
 }
 
 /// Decides which leading segments to delete. Pure; see the module docs for
@@ -470,16 +460,7 @@ mod tests {
         assert!(p.refuse_writes);
         assert_eq!(p.segments_to_delete, 5);
         assert_eq!(p.reason, Reason::DiskForce);
-        match p.disk_full_error(&RetentionConfig::default()) {
-            Some(StoreError::DiskFull {
-                used_percent,
-                limit_percent,
-            }) => {
-                assert!((used_percent - 90.0).abs() < 1e-9);
-                assert!((limit_percent - 90.0).abs() < 1e-9);
-            }
-            other => panic!("{other:?}"),
-        }
+        assert!((p.disk_ratio - 0.90).abs() < 1e-9);
     }
 
     #[test]

@@ -302,17 +302,38 @@ impl Store {
         let limit = limit.min(self.dispatched_offset());
         let rules = self.retention();
         let plan = retention::plan(&rules, &segments, usage, now, clock.local_hour(now), limit);
-        inner.log.set_disk_full(
+        self.mark_disk_full(
             plan.refuse_writes
                 .then_some((plan.disk_ratio * 100.0, rules.disk_refuse_ratio * 100.0)),
         );
-        if plan.refuse_writes {
-            tracing::error!(
-                disk_percent = plan.disk_ratio * 100.0,
-                "disk nearly full: refusing appends"
-            );
-        }
         Ok(plan)
+    }
+
+    /// Reads the disk's use and marks it full (`CommitLog::disk_full`) at
+    /// or past `disk_refuse_ratio`, or no longer full. Cheap (one
+    /// `statvfs`), so it runs far more often than retention. Returns the
+    /// mark.
+    pub fn watch_disk(&self, probe: &dyn DiskProbe) -> Result<Option<(f64, f64)>> {
+        let ratio = probe.usage(&self.inner.root)?.ratio();
+        let limit = self.retention().disk_refuse_ratio;
+        let full = (ratio >= limit).then_some((ratio * 100.0, limit * 100.0));
+        self.mark_disk_full(full);
+        Ok(full)
+    }
+
+    /// Sets the disk-full mark, logging when it changes (not at every look).
+    fn mark_disk_full(&self, full: Option<(f64, f64)>) {
+        let log = self.commitlog();
+        match (log.disk_full(), full) {
+            (None, Some((used, limit))) => tracing::error!(
+                disk_percent = used,
+                limit_percent = limit,
+                "disk nearly full: refusing new messages"
+            ),
+            (Some(_), None) => tracing::info!("disk has room again: taking new messages"),
+            _ => {}
+        }
+        log.set_disk_full(full);
     }
 
     /// Deletes the log's whole segments that end at or before `offset`, and

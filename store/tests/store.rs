@@ -266,27 +266,23 @@ fn retention_deletes_segments_and_the_indexes_below_them() {
             .all(|&p| p >= min)
     );
 
-    // Above 90 % disk use appends are refused, and allowed again below.
+    // Above 90 % disk use the log is marked full (new sends are refused by
+    // whoever admits them), and unmarked below; both retention and the
+    // cheap disk watch set the mark.
     produce(&store, 400, 10);
     store
         .enforce_retention(&FakeClock(now, 12), &FakeDisk(0.95), 0)
         .unwrap();
-    let err = store
-        .commitlog()
-        .append(&[NewRecord {
-            meta: RecordMeta::default(),
-            payload: b"x",
-        }])
-        .unwrap_err();
-    assert!(matches!(err, StoreError::DiskFull { .. }), "{err}");
+    assert!(store.commitlog().disk_full().is_some_and(|(used, limit)| used > limit));
     store.enforce_retention(&FakeClock(now, 12), &FakeDisk(0.5), 0).unwrap();
-    store
-        .commitlog()
-        .append(&[NewRecord {
-            meta: RecordMeta::default(),
-            payload: b"x",
-        }])
-        .unwrap();
+    assert_eq!(store.commitlog().disk_full(), None);
+    assert_eq!(
+        store.watch_disk(&FakeDisk(0.95)).unwrap(),
+        store.commitlog().disk_full()
+    );
+    assert!(store.commitlog().disk_full().is_some());
+    assert_eq!(store.watch_disk(&FakeDisk(0.89)).unwrap(), None);
+    assert_eq!(store.commitlog().disk_full(), None);
 }
 
 #[test]

@@ -284,8 +284,12 @@ impl CommitLog {
             .collect()
     }
 
-    /// Refuses (`Some((used_percent, limit_percent))`) or allows (`None`)
-    /// appends; set by retention from the disk-use watermarks.
+    /// Marks the disk as past its refuse watermark
+    /// (`Some((used_percent, limit_percent))`) or not (`None`); set by
+    /// retention. It refuses nothing here: whoever admits new writes asks
+    /// [`CommitLog::disk_full`] (the broker, before proposing a send), while
+    /// entries a Raft leader already committed to replicate must still go
+    /// in, or the node would fall out of its group.
     pub fn set_disk_full(&self, state: Option<(f64, f64)>) {
         lock(&self.inner.writer).disk_full = state;
     }
@@ -304,12 +308,6 @@ impl CommitLog {
         let inner = &*self.inner;
         let mut w = lock(&inner.writer);
         self.check_usable()?;
-        if let Some((used_percent, limit_percent)) = w.disk_full {
-            return Err(StoreError::DiskFull {
-                used_percent,
-                limit_percent,
-            });
-        }
         let max = inner.cfg.max_record_size as usize;
         for r in records {
             let n = record::encoded_len(r.payload.len());

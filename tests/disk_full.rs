@@ -1,0 +1,173 @@
+//! A full disk, as a client and the group see it (real broker processes on
+//! 127.0.0.1). The disk's use is made to cross `disk_refuse_ratio` by
+//! lowering the watermark at run time (`UpdateBrokerConfig`) below what the
+//! host's disk already holds, so no filesystem has to be filled here (the
+//! jepsen `disk-full` nemesis fills real ones):
+//! - with every node full, a send is refused at once with
+//!   `RESOURCE_EXHAUSTED` naming the disk, and nothing is stored;
+//! - with only the leader full, it hands leadership over within seconds,
+//!   sends through every node go on, and the full node keeps replicating;
+//! - once there is room again, all replicas agree and serve every
+//!   acknowledged message.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{Cluster, message, replicas_whole, send_retrying};
+use raftmq::proto::pb;
+use tonic::Code;
+
+/// Sets node `id`'s refuse watermark (and the warn one, which must not be
+/// above it) at run time.
+async fn set_refuse_ratio(c: &Cluster, id: u64, ratio: &str) {
+    let mut client = c.client(id).await;
+    // Lowering: warn first; raising: refuse first (warn <= refuse holds
+    // after each step).
+    let keys = if ratio == "1.0" {
+        ["store.retention.disk_refuse_ratio", "store.retention.disk_warn_ratio"]
+    } else {
+        ["store.retention.disk_warn_ratio", "store.retention.disk_refuse_ratio"]
+    };
+    for key in keys {
+        client
+            .update_broker_config(pb::UpdateBrokerConfigRequest {
+                key: key.into(),
+                value: ratio.into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("node {id}: {key} = {ratio}: {e}"));
+    }
+}
+
+async fn send_once(c: &Cluster, via: u64, i: u64) -> Result<u64, tonic::Status> {
+    c.client(via)
+        .await
+        .send(pb::SendRequest {
+            topic: "T".into(),
+            queue_id: 0,
+            messages: vec![message(i)],
+        })
+        .await
+        .map(|r| r.into_inner().first_queue_offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_sends_clearly_and_a_full_leader_hands_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start(dir.path(), 3, "async");
+    c.create_topic("T", 1, "").await;
+    let mut acked = BTreeMap::new();
+    let mut i = 0;
+    for via in 1..=3 {
+        i += 1;
+        acked.insert((0, send_retrying(&mut c.client(via).await, 0, i).await), i);
+    }
+
+    // Every disk full: refused at once, clearly, with a retryable code.
+    for id in 1..=3 {
+        set_refuse_ratio(&c, id, "0.0001").await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refusal = loop {
+        i += 1;
+        let leader = c.leader().await;
+        match send_once(&c, leader, i).await {
+            Err(s) if s.code() == Code::ResourceExhausted => break s,
+            // Before the node's next look at its disk (every second).
+            Ok(offset) => {
+                acked.insert((0, offset), i);
+            }
+            Err(s) => eprintln!("send {i}: {s:?} (leadership moving)"),
+        }
+        assert!(Instant::now() < deadline, "sends never refused for the disk");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(refusal.message().contains("disk"), "{refusal:?}");
+    let mut refused = vec![i];
+    for via in 1..=3 {
+        i += 1;
+        let r = send_once(&c, via, i).await;
+        assert!(r.is_err(), "a send through node {via} was stored on full disks: {r:?}");
+        refused.push(i);
+    }
+
+    // Room again: sends go through.
+    for id in 1..=3 {
+        set_refuse_ratio(&c, id, "1.0").await;
+    }
+    for via in 1..=3 {
+        i += 1;
+        acked.insert((0, send_retrying(&mut c.client(via).await, 0, i).await), i);
+    }
+
+    // Only the leader full: it hands over, and the group goes on.
+    let full = c.leader().await;
+    set_refuse_ratio(&c, full, "0.0001").await;
+    let started = Instant::now();
+    let new_leader = loop {
+        let l = c.leader().await;
+        if l != full {
+            break l;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the full leader {full} kept leading"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "leader {full} (disk full) handed over to {new_leader} in {:?}",
+        started.elapsed()
+    );
+    for round in 0..3 {
+        for via in 1..=3 {
+            i += 1;
+            let offset = send_retrying(&mut c.client(via).await, 0, i).await;
+            acked.insert((0, offset), i);
+            eprintln!("round {round}: send {i} via {via} at offset {offset}");
+        }
+    }
+    // The full node still replicates what the others commit.
+    let target = c.status(new_leader, false).await.unwrap().applied_index;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.status(full, false).await.unwrap().applied_index < target {
+        assert!(Instant::now() < deadline, "the full node stopped replicating");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    set_refuse_ratio(&c, full, "1.0").await;
+    replicas_whole(&c, &acked, "a full disk").await;
+    for id in 1..=3 {
+        let ids = message_ids(&c, id).await;
+        for r in &refused {
+            assert!(!ids.contains(&format!("msg-{r}")), "refused send {r} is on node {id}");
+        }
+    }
+    c.check_alive();
+}
+
+/// Every message id in T's queue 0 on node `id`.
+async fn message_ids(c: &Cluster, id: u64) -> Vec<String> {
+    let mut client = c.client(id).await;
+    let mut ids = Vec::new();
+    let mut offset = 0;
+    loop {
+        let r = client
+            .read(pb::ReadRequest {
+                topic: "T".into(),
+                queue_id: 0,
+                offset,
+                max_count: 500,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        ids.extend(r.messages.into_iter().map(|m| m.message_id));
+        if r.next_offset >= r.max_offset {
+            return ids;
+        }
+        offset = r.next_offset;
+    }
+}
