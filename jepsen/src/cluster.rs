@@ -7,6 +7,7 @@
 //! <run>/n<i>/config.toml  n<i>/data/  n<i>/broker.log (every start appends)
 //! <run>/n<i>/clock-offset (the node's clock skew in ms, see the clock nemesis)
 //! <run>/n<i>/backing/ (with the power nemesis: what n<i>/data serves, via LazyFs)
+//! with the disk-full nemesis, n<i>/backing (or n<i>/data) is a small tmpfs (see `disk`)
 //! <run>/namesrv.toml, <run>/certs/ (with --secure: see `secure`)
 //! ```
 //!
@@ -25,6 +26,7 @@ use anyhow::{Context, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::corrupt::Damage;
+use crate::disk::{Filled, Tmpfs};
 use crate::lazyfs::{LazyFs, LossReport};
 use crate::netns::{Host, Network};
 use crate::secure::Security;
@@ -49,6 +51,9 @@ pub struct BrokerSettings {
     pub lazyfs: bool,
     /// TLS on every port and ACL on (`--secure`).
     pub secure: bool,
+    /// Each node's data on a tmpfs of this many bytes, with the brokers'
+    /// disk watermarks on (for the disk-full nemesis).
+    pub disk_bytes: Option<u64>,
 }
 
 /// The group's name, in every node's config and certificate.
@@ -89,6 +94,9 @@ pub struct Node {
     pub paused: bool,
     /// The data directory's filesystem, when it loses un-fsynced writes.
     fs: Option<LazyFs>,
+    /// The node's own small filesystem (disk-full nemesis), under `fs`:
+    /// declared after it, so dropped after its unmount.
+    disk: Option<Tmpfs>,
     /// A power loss (or the corrupt nemesis's damage, which may cost the
     /// node its log just the same) happened since the last start.
     power_lost: bool,
@@ -218,7 +226,7 @@ impl Cluster {
                 ip = h.ip
             ));
         }
-        let shared = if settings.lazyfs {
+        let shared = if settings.lazyfs || settings.disk_bytes.is_some() {
             Some(SharedMount::new(run_dir)?)
         } else {
             None
@@ -228,9 +236,15 @@ impl Cluster {
             let id = i as u64 + 1;
             let dir = run_dir.join(&h.name);
             std::fs::create_dir_all(dir.join("data"))?;
+            // The files themselves go to `backing` under LazyFs.
+            let files = dir.join(if settings.lazyfs { "backing" } else { "data" });
+            std::fs::create_dir_all(&files)?;
+            let disk = match settings.disk_bytes {
+                Some(bytes) => Some(Tmpfs::mount(&files, bytes)?),
+                None => None,
+            };
             let fs = if settings.lazyfs {
-                std::fs::create_dir_all(dir.join("backing"))?;
-                Some(LazyFs::mount(&dir.join("backing"), &dir.join("data"))?)
+                Some(LazyFs::mount(&files, &dir.join("data"))?)
             } else {
                 None
             };
@@ -255,11 +269,7 @@ impl Cluster {
                  cq_units_per_file = 30000\n\
                  index_slots = 100000\n\
                  index_entries = 400000\n\
-                 # The host's disk use must not decide a test.\n\
-                 [store.retention]\n\
-                 disk_warn_ratio = 1.0\n\
-                 disk_force_ratio = 1.0\n\
-                 disk_refuse_ratio = 1.0\n\
+                 {retention}\
                  # Unresolved transactions are checked back within a second\n\
                  # or two, and never given up during a run.\n\
                  [transaction]\n\
@@ -272,6 +282,22 @@ impl Cluster {
                 bug = settings.ack_before_commit,
                 clock = dir.join(CLOCK_OFFSET_FILE).display(),
                 flush = settings.flush,
+                retention = if settings.disk_bytes.is_some() {
+                    // The node's own disk: writes are refused at 90 %, as by
+                    // default; nothing is deleted for room (the checker
+                    // reads every message back at the end; expired segments
+                    // could go, but none is 72 h old).
+                    "[store.retention]\n\
+                     disk_warn_ratio = 0.75\n\
+                     disk_force_ratio = 1.0\n\
+                     disk_refuse_ratio = 0.9\n"
+                } else {
+                    "# The host's disk use must not decide a test.\n\
+                     [store.retention]\n\
+                     disk_warn_ratio = 1.0\n\
+                     disk_force_ratio = 1.0\n\
+                     disk_refuse_ratio = 1.0\n"
+                },
             );
             if let Some(sec) = &security {
                 config.push_str(&sec.tls_table(&h.name));
@@ -286,6 +312,7 @@ impl Cluster {
                 incarnation: 0,
                 paused: false,
                 fs,
+                disk,
                 power_lost: false,
                 after_power_loss: false,
                 security: security.clone(),
@@ -355,6 +382,22 @@ impl Cluster {
         n.power_lost = true;
         // Through the LazyFs mount, if there is one: the damage is fsynced.
         crate::corrupt::corrupt(rng, &n.data_dir())
+    }
+
+    /// Fills node `id`'s filesystem (see [`crate::disk`]).
+    pub fn fill_disk(&self, id: u64, to_the_last_byte: bool) -> anyhow::Result<Filled> {
+        let Some(disk) = &self.nodes[id as usize - 1].disk else {
+            bail!("node {id} has no filesystem of its own (the disk-full nemesis mounts one)");
+        };
+        crate::disk::fill(disk.root(), to_the_last_byte)
+    }
+
+    /// Frees what [`Cluster::fill_disk`] took (a no-op when nothing is filled).
+    pub fn free_disk(&self, id: u64) -> anyhow::Result<()> {
+        match &self.nodes[id as usize - 1].disk {
+            Some(disk) => crate::disk::free(disk.root()),
+            None => Ok(()),
+        }
     }
 
     /// Empties the data directory of node `id` (which must be down), as a

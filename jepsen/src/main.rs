@@ -9,8 +9,9 @@
 //! - `netns`: the namespaces, the bridge, and packet drops.
 //! - `campaign`: many runs, seed after seed, and their table (campaign.json, index.html).
 //! - `cluster`: the NameServer and broker processes; metrics scrapes.
-//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power, corrupt, membership).
+//! - `nemesis`: the fault schedule (kill, pause, partition, loss, clock, power, corrupt, membership, disk-full).
 //! - `corrupt`: the damage the corrupt nemesis does to a stopped node's files.
+//! - `disk`: the disk-full nemesis's small filesystems, filled and freed.
 //! - `membership`: the membership nemesis's moves (remove, add back, transfer) and the final members.
 //! - `lazyfs`: a FUSE pass-through filesystem that loses un-fsynced writes (power loss).
 //! - `workload`: the clients' operations (plain, timed and transactional
@@ -32,6 +33,7 @@ mod checker;
 mod client;
 mod cluster;
 mod corrupt;
+mod disk;
 mod edn;
 mod history;
 mod lazyfs;

@@ -10,6 +10,7 @@
 //! | `power` | `kill -9` the leader or a random node and drop every write it had not fsynced (its data directory is on `LazyFs`) | start it again |
 //! | `corrupt` | `kill -9` the leader or a random node, then flip bits in or truncate one of its data files (see [`crate::corrupt`]) | start it again |
 //! | `membership` | transfer leadership, or remove the leader or a random node from the group and kill it, keeping or emptying its disk (see [`crate::membership`]) | start it again, add it back |
+//! | `disk-full` | fill the filesystem of the leader or a random node, to the last byte or past its write watermark (see [`crate::disk`]) | delete the filler |
 //! | `clock` | skew the wall clock of the leader or a random node by ±0.1 s to ±10 min (log-uniform; the broker's `clock_offset_file`) | set it back |
 //!
 //! Faults come one at a time: one every `interval` on average, each held
@@ -40,10 +41,11 @@ pub enum Fault {
     Power,
     Corrupt,
     Membership,
+    DiskFull,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -52,6 +54,7 @@ impl Fault {
         Fault::Power,
         Fault::Corrupt,
         Fault::Membership,
+        Fault::DiskFull,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +67,7 @@ impl Fault {
             Fault::Power => "power",
             Fault::Corrupt => "corrupt",
             Fault::Membership => "membership",
+            Fault::DiskFull => "disk-full",
         }
     }
 
@@ -95,6 +99,7 @@ enum Active {
     Cut,
     Skewed(u64),
     Members(Undo),
+    Filled(u64),
 }
 
 pub struct Nemesis {
@@ -197,6 +202,20 @@ impl Nemesis {
                         membership::start(&self.cluster, &mut rng, leader(&self.cluster).await, n).await?;
                     (Active::Members(undo), what)
                 }
+                Fault::DiskFull => {
+                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
+                    let last_byte = rng.random_bool(0.5);
+                    let filled = lock(&self.cluster).fill_disk(id, last_byte)?;
+                    let how = if last_byte {
+                        "to the last byte"
+                    } else {
+                        "past the watermark"
+                    };
+                    (
+                        Active::Filled(id),
+                        format!("node {id}'s ({why}) disk filled {how}: {filled}"),
+                    )
+                }
                 Fault::Clock => {
                     let (id, why) = target(&mut rng, leader(&self.cluster).await);
                     // Log-uniform from 100 ms to 10 min, either way.
@@ -235,6 +254,7 @@ impl Nemesis {
             Active::Cut => c.net.heal(),
             Active::Skewed(id) => c.set_clock_offset(id, 0),
             Active::Members(_) => Ok(()),
+            Active::Filled(id) => c.free_disk(id),
         }
     }
 
@@ -270,6 +290,7 @@ pub fn heal_all(cluster: &Mutex<Cluster>) -> anyhow::Result<()> {
         c.resume(id)?;
         c.restart(id)?;
         c.set_clock_offset(id, 0)?;
+        c.free_disk(id)?;
     }
     c.net.heal()
 }

@@ -124,6 +124,10 @@ pub async fn run(opts: TestOpts) -> anyhow::Result<bool> {
         ack_before_commit: opts.self_test,
         lazyfs: opts.faults.contains(&Fault::Power),
         secure: opts.secure,
+        disk_bytes: opts
+            .faults
+            .contains(&Fault::DiskFull)
+            .then_some(crate::disk::DISK_BYTES),
     };
     let cluster = Arc::new(Mutex::new(Cluster::start(&bin, net, &run_dir, &settings)?));
     // Ctrl-C or SIGTERM (from `timeout`, say) still stops the processes and
