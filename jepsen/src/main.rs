@@ -93,7 +93,7 @@ struct TestArgs {
     /// Seconds of workload (the heal, drain and check come after).
     #[arg(long, default_value_t = 60)]
     time_limit: u64,
-    /// Faults: a comma-separated list of kill, pause, partition, loss, clock, power, corrupt; or all, or none.
+    /// Faults: a comma-separated list of kill, pause, partition, loss, clock, power, corrupt, membership, disk-full; or all, or none.
     #[arg(long, default_value = "kill,pause,partition")]
     nemesis: String,
     /// Mean seconds between faults (each lasts half to all of it).

@@ -282,17 +282,22 @@ impl Nemesis {
     }
 }
 
-/// Heals everything: restarts killed nodes, resumes paused ones, removes
-/// every drop rule.
+/// Heals everything: frees filled disks, restarts killed nodes, resumes
+/// paused ones, removes every drop rule.
 pub fn heal_all(cluster: &Mutex<Cluster>) -> anyhow::Result<()> {
     let mut c = lock(cluster);
+    // Room first: a node restarted on a full disk may not start.
+    let mut freed = Ok(());
+    for id in 1..=c.nodes.len() as u64 {
+        freed = freed.and(c.free_disk(id));
+    }
     for id in 1..=c.nodes.len() as u64 {
         c.resume(id)?;
         c.restart(id)?;
         c.set_clock_offset(id, 0)?;
-        c.free_disk(id)?;
     }
-    c.net.heal()
+    c.net.heal()?;
+    freed
 }
 
 /// Picks a partition: returns a description of the components, the links

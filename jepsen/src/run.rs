@@ -206,7 +206,13 @@ async fn test(
         recorder: recorder.clone(),
     });
     let samples = Arc::new(Mutex::new(Vec::new()));
-    let sampler = tokio::spawn(sample_commits(cluster.clone(), recorder.clone(), samples.clone()));
+    // Aborted however the test ends (an error, Ctrl-C dropping this
+    // future): it holds the cluster, whose drop unmounts the nodes' disks.
+    let _sampler = AbortOnDrop(tokio::spawn(sample_commits(
+        cluster.clone(),
+        recorder.clone(),
+        samples.clone(),
+    )));
     let nemesis = Nemesis {
         cluster: cluster.clone(),
         faults: opts.faults.clone(),
@@ -228,7 +234,6 @@ async fn test(
     settle(cluster, &recorder, Duration::from_secs(60)).await;
     eprintln!("draining every key from every node");
     let drained = workload.drain().await;
-    sampler.abort();
     producers.iter().for_each(JoinHandle::abort);
     if let Err(e) = drained {
         eprintln!("warning: the drain failed: {e:#}");
@@ -238,6 +243,15 @@ async fn test(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
     Ok((recorder.ops(), commits, members))
+}
+
+/// A task stopped when this is dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Creates `topic` (one queue, taking `message_type` messages), retrying

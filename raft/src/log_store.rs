@@ -478,6 +478,11 @@ impl LogStore {
         self.inner.stopping.store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// Set once storage steps waiting for disk space must give up.
+    pub(crate) fn stopping(&self) -> &AtomicBool {
+        &self.inner.stopping
+    }
+
     fn truncate_now(&self, first: u64) -> io::Result<()> {
         let _w = self.write_lock();
         let index = &self.inner.index;
@@ -613,10 +618,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || this.truncate_now(last_log_id.map_or(0, |l| l.index + 1)))
-            .await
-            .map_err(io::Error::other)?
+        // The checkpoint's temporary file, or a cut segment's copy, may
+        // need room.
+        until_room("log truncate", &self.inner.stopping, || {
+            let this = self.clone();
+            let cut = tokio::task::spawn_blocking(move || this.truncate_now(last_log_id.map_or(0, |l| l.index + 1)));
+            async move { cut.await.map_err(io::Error::other)? }
+        })
+        .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {

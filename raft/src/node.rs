@@ -35,6 +35,13 @@ pub const DISK_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// over again (when the first try found no follower to take over).
 pub const DISK_HAND_OVER_RETRY: Duration = Duration::from_secs(4);
 
+/// Leadership handed to the preferred leader and back within this long
+/// counts as a bounce: the next hand-back waits, twice as long each time.
+pub const PREFERRED_BOUNCE: Duration = Duration::from_secs(10);
+/// The longest wait after bounces before leadership goes back to the
+/// preferred leader.
+pub const PREFERRED_MAX_HOLD_OFF: Duration = Duration::from_secs(300);
+
 /// How a node runs. The broker fills it from its TOML config.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -602,6 +609,12 @@ impl RaftNode {
         let mut stopped = self.stop.subscribe();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
+            // When leadership was last handed to `preferred`, and whether it
+            // left this node since.
+            let mut handed: Option<tokio::time::Instant> = None;
+            let mut left = false;
+            let mut hold_off = Duration::ZERO;
+            let mut not_before = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     _ = stopped.wait_for(|s| *s) => return,
@@ -609,6 +622,7 @@ impl RaftNode {
                 }
                 let m = self.raft.metrics().borrow_watched().clone();
                 if m.current_leader != Some(self.id) || self.id == preferred {
+                    left |= handed.is_some();
                     continue;
                 }
                 let voter = m.membership_config.membership().voter_ids().any(|v| v == preferred);
@@ -619,10 +633,37 @@ impl RaftNode {
                     .is_some_and(|matched| {
                         matched.as_ref().map(|l| l.index) >= m.last_log_index.map(|i| i.saturating_sub(0))
                     });
-                if voter && caught_up {
-                    tracing::info!(to = preferred, "returning leadership to the preferred leader");
-                    let _ = self.raft.trigger().transfer_leader(preferred).await;
+                if !(voter && caught_up) || tokio::time::Instant::now() < not_before {
+                    continue;
                 }
+                // A transfer still under way, or one that did not happen.
+                if !left && handed.is_some_and(|t| t.elapsed() < HAND_OVER_WAIT) {
+                    continue;
+                }
+                // Leading again soon after handing over: the preferred node
+                // could not keep it (its disk is full, say). Wait longer at
+                // each bounce instead of handing it back every half second.
+                if let Some(t) = handed
+                    && left
+                    && t.elapsed() < PREFERRED_BOUNCE
+                {
+                    hold_off = (hold_off * 2).clamp(PREFERRED_BOUNCE, PREFERRED_MAX_HOLD_OFF);
+                    not_before = tokio::time::Instant::now() + hold_off;
+                    handed = None;
+                    tracing::warn!(
+                        preferred,
+                        hold_off_s = hold_off.as_secs(),
+                        "the preferred leader gave leadership back at once; waiting before returning it again"
+                    );
+                    continue;
+                }
+                if handed.is_some() {
+                    hold_off = Duration::ZERO;
+                }
+                tracing::info!(to = preferred, "returning leadership to the preferred leader");
+                handed = Some(tokio::time::Instant::now());
+                left = false;
+                let _ = self.raft.trigger().transfer_leader(preferred).await;
             }
         });
     }

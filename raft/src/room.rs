@@ -1,15 +1,21 @@
 //! Waiting out a full disk. openraft treats every storage error as fatal:
 //! the node's Raft stops for good. Running out of space is no such failure:
 //! it passes when retention, the operator or another program frees space.
-//! So a log append, vote or purge that fails for want of space is tried
-//! again every [`RETRY`] until it goes through, and meanwhile the node
+//! So a log append, truncation, vote, purge, entry apply or snapshot build
+//! that fails for want of space is tried again every [`RETRY`] until it
+//! goes through, and meanwhile the node
 //! neither acknowledges nor votes: its group goes on without it (a leader
 //! stops heartbeating, so the others elect one), and it catches up after.
 //!
 //! Each retried step must be safe to repeat after a failure: a failed
 //! CommitLog append wrote nothing (segments are created, and removed again
 //! when preallocation fails, before a byte is written), log-index units go
-//! in one at a time, and metadata files are rewritten whole.
+//! in one at a time, metadata and snapshot files are rewritten whole, and an
+//! entry applied again finds the queue units and keys the failed try wrote
+//! (`Store::dispatch`) and the outcome of its guard (a guarded send's ack).
+//!
+//! Not covered: installing a snapshot (its queue resets allocate before
+//! they free) fails as before.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +36,47 @@ pub fn is_out_of_space(e: &io::Error) -> bool {
             .is_some_and(StoreError::is_out_of_space)
 }
 
+/// The log lines of one wait: the first miss, one every [`LOG_EVERY`]
+/// while it lasts, and the end.
+struct Waiting {
+    what: &'static str,
+    since: Option<Instant>,
+    logged: Instant,
+}
+
+impl Waiting {
+    fn new(what: &'static str) -> Waiting {
+        Waiting {
+            what,
+            since: None,
+            logged: Instant::now(),
+        }
+    }
+
+    /// Whether to wait and try again after `e`.
+    fn again(&mut self, e: &io::Error, stopping: &AtomicBool) -> bool {
+        if !is_out_of_space(e) || stopping.load(Ordering::Acquire) {
+            return false;
+        }
+        if self.since.is_none() || self.logged.elapsed() >= LOG_EVERY {
+            tracing::error!(what = self.what, error = %e, "out of disk space: waiting for room, not answering the group meanwhile");
+            self.logged = Instant::now();
+        }
+        self.since.get_or_insert_with(Instant::now);
+        true
+    }
+
+    fn done(&self) {
+        if let Some(since) = self.since {
+            tracing::info!(
+                what = self.what,
+                waited_ms = since.elapsed().as_millis() as u64,
+                "disk has room again"
+            );
+        }
+    }
+}
+
 /// Runs `step` until it succeeds or fails for another reason than space,
 /// waiting [`RETRY`] between tries. Gives the error back at once when
 /// `stopping` is set (a node shutting down must not hang on its disk).
@@ -37,29 +84,32 @@ pub async fn until_room<T, F>(what: &'static str, stopping: &AtomicBool, mut ste
 where
     F: Future<Output = io::Result<T>>,
 {
-    let mut since: Option<Instant> = None;
-    let mut logged = Instant::now();
+    let mut waiting = Waiting::new(what);
     loop {
         match step().await {
-            Ok(v) => {
-                if let Some(since) = since {
-                    tracing::info!(
-                        what,
-                        waited_ms = since.elapsed().as_millis() as u64,
-                        "disk has room again"
-                    );
-                }
-                return Ok(v);
+            Err(e) if waiting.again(&e, stopping) => tokio::time::sleep(RETRY).await,
+            other => {
+                waiting.done();
+                return other;
             }
-            Err(e) if is_out_of_space(&e) && !stopping.load(Ordering::Acquire) => {
-                if since.is_none() || logged.elapsed() >= LOG_EVERY {
-                    tracing::error!(what, error = %e, "out of disk space: waiting for room, not answering the group meanwhile");
-                    logged = Instant::now();
-                }
-                since.get_or_insert_with(Instant::now);
-                tokio::time::sleep(RETRY).await;
+        }
+    }
+}
+
+/// [`until_room`] for a step on a blocking thread (snapshot builds).
+pub fn until_room_blocking<T>(
+    what: &'static str,
+    stopping: &AtomicBool,
+    mut step: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
+    let mut waiting = Waiting::new(what);
+    loop {
+        match step() {
+            Err(e) if waiting.again(&e, stopping) => std::thread::sleep(RETRY),
+            other => {
+                waiting.done();
+                return other;
             }
-            Err(e) => return Err(e),
         }
     }
 }

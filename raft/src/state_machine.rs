@@ -46,6 +46,7 @@ use crate::error::io_err;
 use crate::held::{self, Held, HeldId};
 use crate::log_store::LogStore;
 use crate::message::tag_hash;
+use crate::room::until_room;
 use crate::secret::GroupSecret;
 use crate::types::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
@@ -99,6 +100,11 @@ struct State {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     metadata: Metadata,
+    /// The guard of the guarded send at this index was applied with this
+    /// outcome, and its messages may be half dispatched: a retry (after
+    /// running out of space) must reuse the outcome, not apply the guard
+    /// twice (a second ack of the same receipt fails).
+    guard_applied: Option<(u64, bool)>,
 }
 
 struct Inner {
@@ -252,12 +258,19 @@ impl StateMachine {
                     // All or nothing: a send that would be refused leaves the
                     // guard unapplied (an ack must not happen without its copy).
                     let refused = batches.iter().find_map(|b| batch_refusal(&st.metadata, b));
-                    let ok = refused.is_none()
-                        && match apply_admin(&mut st.metadata, guard, entry.log_id.index) {
-                            Response::Acked(acks) => acks.iter().all(|a| *a),
-                            Response::Done => true,
-                            _ => false,
-                        };
+                    let ok = match st.guard_applied {
+                        Some((index, ok)) if index == entry.log_id.index => ok,
+                        _ => {
+                            let ok = refused.is_none()
+                                && match apply_admin(&mut st.metadata, guard, entry.log_id.index) {
+                                    Response::Acked(acks) => acks.iter().all(|a| *a),
+                                    Response::Done => true,
+                                    _ => false,
+                                };
+                            st.guard_applied = Some((entry.log_id.index, ok));
+                            ok
+                        }
+                    };
                     let mut out = Vec::with_capacity(batches.len());
                     for b in &batches {
                         out.push(if ok {
@@ -668,7 +681,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                     snapshot: serde_json::to_vec(&current).map_err(io::Error::other)?,
                 });
             }
-            write_snapshot(&sm.inner.dir, &data)?;
+            crate::room::until_room_blocking("snapshot build", sm.inner.log.stopping(), || {
+                write_snapshot(&sm.inner.dir, &data)
+            })?;
             tracing::info!(last = ?content.meta.last_log_id, bytes = data.len(), "built snapshot");
             if data.len() as u64 > MAX_SNAPSHOT_BYTES {
                 tracing::error!(
@@ -703,7 +718,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut last = None;
         while let Some((entry, responder)) = entries.try_next().await? {
-            let resp = self.apply_entry(&entry)?;
+            // A new queue or key-index file may find the disk full: the
+            // entry is applied again once there is room (see `crate::room`;
+            // dispatch finds what a half-done try already indexed).
+            let resp = until_room("apply", self.inner.log.stopping(), || {
+                std::future::ready(self.apply_entry(&entry))
+            })
+            .await?;
             last = Some(entry.log_id.index);
             if let Some(r) = responder {
                 r.send(resp);

@@ -63,14 +63,14 @@ impl MappedFile {
             .create_new(true)
             .open(path)
             .at(path)?;
-        if let Err(e) = preallocate(&file, len) {
-            // Out of space, say: leave nothing behind, so the same create
-            // can be tried again once there is room.
-            drop(file);
+        // Out of space, say: leave nothing behind, so the same create can be
+        // tried again once there is room.
+        let remove = |e: StoreError| {
             let _ = std::fs::remove_file(path);
-            return Err(e).at(path);
-        }
-        let mapped = Self::map(path, file, len, opts)?;
+            e
+        };
+        preallocate(&file, len).at(path).map_err(remove)?;
+        let mapped = Self::map(path, file, len, opts).map_err(remove)?;
         if opts.warm_up {
             mapped.warm_up(0);
         }

@@ -29,6 +29,24 @@ use crate::mapped_file::{MapOptions, sync_dir};
 use crate::queue_table::QueueTable;
 use crate::retention::{self, Clock, DiskProbe, RetentionPlan};
 
+/// The queue offset of the message at `phys` if `cq` holds it already.
+/// Units are in `phys` order, so the walk back from the newest stops at the
+/// first unit below `phys`: at once, unless an apply is being tried again.
+fn queued_offset(cq: &ConsumeQueue, phys: u64) -> Result<Option<u64>> {
+    let mut offset = cq.max_offset();
+    while offset > cq.min_offset() {
+        let unit = cq.get(offset - 1)?;
+        if unit.phys == phys {
+            return Ok(Some(offset - 1));
+        }
+        if unit.phys < phys {
+            break;
+        }
+        offset -= 1;
+    }
+    Ok(None)
+}
+
 /// One message to index, as the caller decoded it from an applied record.
 #[derive(Debug, Clone)]
 pub struct Dispatch<'a> {
@@ -192,14 +210,19 @@ impl Store {
         self.inner.queues.get(topic, queue_id)
     }
 
-    /// Indexes one message; returns its queue offset.
+    /// Indexes one message; returns its queue offset. A message already in
+    /// its queue (an apply tried again after running out of space half-way)
+    /// is found there, not added again.
     pub fn dispatch(&self, d: &Dispatch<'_>) -> Result<u64> {
         let cq = self.inner.queues.get_or_create(d.topic, d.queue_id)?;
-        let offset = cq.append(CqUnit {
-            phys: d.phys,
-            size: d.size,
-            tag_hash: d.tag_hash,
-        })?;
+        let offset = match queued_offset(&cq, d.phys)? {
+            Some(offset) => offset,
+            None => cq.append(CqUnit {
+                phys: d.phys,
+                size: d.size,
+                tag_hash: d.tag_hash,
+            })?,
+        };
         for key in &d.keys {
             self.inner.index.put(key, d.phys, d.store_timestamp_ms)?;
         }

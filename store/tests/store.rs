@@ -295,3 +295,43 @@ fn a_store_cannot_be_opened_twice() {
     drop(store);
     Store::open(dir.path(), &cfg()).unwrap().close().unwrap();
 }
+
+#[test]
+fn dispatching_a_record_again_finds_what_the_first_try_indexed() {
+    // An apply that ran out of disk space half-way is tried again whole:
+    // the messages it had indexed must keep their offsets, not get twins.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &cfg()).unwrap();
+    produce(&store, 0, 3);
+    let before = snapshot(&store);
+    let payload = encode(&msgs(3));
+    let appended = store
+        .commitlog()
+        .append(&[NewRecord {
+            meta: RecordMeta {
+                term: 1,
+                index: 4,
+                kind: 1,
+            },
+            payload: &payload,
+        }])
+        .unwrap();
+    let record = store.commitlog().read(appended.offsets[0]).unwrap();
+    let dispatches = ToyDispatcher.decode(&record).unwrap();
+    assert!(dispatches.len() > 1);
+    // The first try got half-way; the second does it all.
+    let half: Vec<u64> = dispatches[..dispatches.len() / 2]
+        .iter()
+        .map(|d| store.dispatch(d).unwrap())
+        .collect();
+    let all: Vec<u64> = dispatches.iter().map(|d| store.dispatch(d).unwrap()).collect();
+    assert_eq!(&all[..half.len()], &half[..]);
+    let after = snapshot(&store);
+    let added: usize = after.values().map(Vec::len).sum::<usize>() - before.values().map(Vec::len).sum::<usize>();
+    assert_eq!(added, dispatches.len(), "every message once");
+    // Its keys are found once each.
+    for d in &dispatches {
+        let found = store.query_key(d.keys[0], 0, u64::MAX, 100).unwrap();
+        assert_eq!(found.iter().filter(|&&p| p == d.phys).count(), 1, "{:?}", d.keys[0]);
+    }
+}

@@ -140,7 +140,12 @@ impl Inner {
     fn create_segment(&self, start: u64) -> Result<Arc<Segment>> {
         let path = self.dir.join(offset_name(start));
         let file = MappedFile::create(&path, self.seg_size(), self.map_opts)?;
-        sync_dir(&self.dir)?;
+        if let Err(e) = sync_dir(&self.dir) {
+            // Not listed yet: remove it, so the same create can be tried again.
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
         tracing::debug!(start, path = %path.display(), "created segment");
         Ok(Arc::new(Segment { start, file }))
     }
