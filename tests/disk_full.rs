@@ -171,3 +171,43 @@ async fn message_ids(c: &Cluster, id: u64) -> Vec<String> {
         offset = r.next_offset;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_preferred_leader_is_not_handed_leadership_back_and_forth() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "async", "preferred_leader = 1");
+    c.create_topic("T", 1, "").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.leader().await != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "leadership never went to the preferred node 1"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    set_refuse_ratio(&c, 1, "0.0001").await;
+    // Node 1 hands over within seconds; the new leader must not give it
+    // back every half second (it would refuse sends most of the time).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while c.leader().await == 1 {
+        assert!(Instant::now() < deadline, "the full preferred leader kept leading");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let watch = Instant::now();
+    let (mut samples, mut led_by_1) = (0, 0);
+    let mut i = 0;
+    while watch.elapsed() < Duration::from_secs(8) {
+        samples += 1;
+        if c.leader().await == 1 {
+            led_by_1 += 1;
+        }
+        i += 1;
+        send_retrying(&mut c.client(2).await, 0, i).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("node 1 led in {led_by_1} of {samples} samples over 8 s");
+    // One bounce may happen before the hold-off; never most of the time.
+    assert!(led_by_1 * 5 < samples, "node 1 led in {led_by_1} of {samples} samples");
+    set_refuse_ratio(&c, 1, "1.0").await;
+    c.check_alive();
+}
