@@ -43,6 +43,9 @@ pub struct Row {
     pub longest_gap_ms: f64,
     /// Per fault kind, the longest stretch of each of its periods (ms).
     pub gaps_ms: BTreeMap<String, Vec<f64>>,
+    /// The slowest first answer of a restarted node after its restart (ms).
+    #[serde(default)]
+    pub restart_answer_ms: Option<f64>,
 }
 
 impl Row {
@@ -71,6 +74,12 @@ impl Row {
             duplicates: anomalies("duplicates"),
             longest_gap_ms: r.stats.faults.iter().map(|f| f.longest_gap_ms).fold(0.0, f64::max),
             gaps_ms,
+            restart_answer_ms: r
+                .stats
+                .faults
+                .iter()
+                .filter_map(|f| f.restarted_answer_ms)
+                .reduce(f64::max),
         }
     }
 
@@ -86,6 +95,7 @@ impl Row {
             duplicates: 0,
             longest_gap_ms: 0.0,
             gaps_ms: BTreeMap::new(),
+            restart_answer_ms: None,
         }
     }
 }
@@ -180,7 +190,8 @@ fn html(rows: &[Row], c: &Campaign<'_>) -> String {
     );
     h.push_str(
         "<table><tr><th>seed</th><th>faults drawn</th><th>acknowledged sends</th><th>unknown</th>\
-         <th>lost</th><th>duplicates</th><th>longest unavailability (ms)</th><th>verdict</th></tr>\n",
+         <th>lost</th><th>duplicates</th><th>longest unavailability (ms)</th>\
+         <th>slowest restarted node's first answer (ms)</th><th>verdict</th></tr>\n",
     );
     for r in rows {
         let faults: Vec<String> = r.faults.iter().map(|(k, n)| format!("{k} x{n}")).collect();
@@ -188,7 +199,7 @@ fn html(rows: &[Row], c: &Campaign<'_>) -> String {
         let _ = writeln!(
             h,
             "<tr class=\"{}\"><td><a href=\"file://{}\">{}</a></td><td class=l>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{:.0}</td><td class=l>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td class=l>{}</td></tr>",
             if r.verdict == "valid" { "" } else { "bad" },
             escape(&link.display().to_string()),
             r.seed,
@@ -198,6 +209,7 @@ fn html(rows: &[Row], c: &Campaign<'_>) -> String {
             r.lost,
             r.duplicates,
             r.longest_gap_ms,
+            r.restart_answer_ms.map_or("-".to_string(), |ms| format!("{ms:.0}")),
             escape(&r.verdict),
         );
     }

@@ -13,6 +13,8 @@ pub(super) fn availability(f: &Facts) -> (CheckResult, Stats) {
     let mut send_lat: Vec<u64> = Vec::new();
     let mut poll_lat: Vec<u64> = Vec::new();
     let mut ok_sends: Vec<u64> = Vec::new();
+    // Ok workload operations with the node that answered: (time, node).
+    let mut ok_on: Vec<(u64, u64)> = Vec::new();
     let (mut first_client, mut last_client): (Option<u64>, Option<u64>) = (None, None);
     let (mut first_send, mut last_send): (Option<u64>, Option<u64>) = (None, None);
     // Open fault periods: (fault, detail, start time).
@@ -92,6 +94,14 @@ pub(super) fn availability(f: &Facts) -> (CheckResult, Stats) {
         if op.kind != OpType::Ok {
             continue;
         }
+        if let Some(node) = op.node
+            && matches!(
+                op.call,
+                Call::Send { .. } | Call::Poll { .. } | Call::Assign { .. } | Call::Commit { .. }
+            )
+        {
+            ok_on.push((t, node));
+        }
         match &op.call {
             Call::Send { .. } => {
                 ok_sends.push(t);
@@ -131,16 +141,27 @@ pub(super) fn availability(f: &Facts) -> (CheckResult, Stats) {
                 start_ms: ms(start),
                 stop_ms: stop.map(ms),
                 longest_gap_ms: ms(gaps.longest(start, end)),
+                restarted_answer_ms: stop.zip(restarted_node(fault, detail)).and_then(|(stop, node)| {
+                    ok_on
+                        .iter()
+                        .find(|&&(t, n)| t >= stop && n == node)
+                        .map(|&(t, _)| ms(t - stop))
+                }),
             }
         })
         .collect();
+    let slowest_restart = s
+        .faults
+        .iter()
+        .filter_map(|x| x.restarted_answer_ms)
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
 
     let worst = s.faults.iter().map(|x| x.longest_gap_ms).fold(0.0, f64::max);
     let description = format!(
         "Reported, not judged. Sends: {} ok ({:.1}/s), {} failed, {} unknown; latency p50 {:.1} ms, p99 {:.1} ms, \
          max {:.1} ms. Polls: {} ok ({} messages), {} failed, {} unknown; latency p50 {:.1} ms, p99 {:.1} ms. \
          Longest stretch without an ok send: {:.0} ms overall; {} fault periods, the longest stretch in one \
-         {:.0} ms.",
+         {:.0} ms.{}",
         s.sends_ok,
         s.send_rate_per_s,
         s.sends_failed,
@@ -156,7 +177,10 @@ pub(super) fn availability(f: &Facts) -> (CheckResult, Stats) {
         s.poll_latency.p99_ms,
         s.longest_gap_overall_ms,
         s.faults.len(),
-        worst
+        worst,
+        slowest_restart.map_or(String::new(), |ms| format!(
+            " A restarted node answered its first operation at most {ms:.0} ms after its restart."
+        ))
     );
     let result = CheckResult {
         name: "availability".to_string(),
@@ -167,6 +191,18 @@ pub(super) fn availability(f: &Facts) -> (CheckResult, Stats) {
         counts: BTreeMap::new(),
     };
     (result, s)
+}
+
+/// The node a fault restarts when it is healed (`kill`, `power`,
+/// `corrupt`, `membership`), from the nemesis's detail ("... node 3 ...").
+fn restarted_node(fault: &str, detail: &str) -> Option<u64> {
+    if !matches!(fault, "kill" | "power" | "corrupt" | "membership") {
+        return None;
+    }
+    let rest = &detail[detail.find("node ")? + 5..];
+    rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len())]
+        .parse()
+        .ok()
 }
 
 fn latency(mut ns: Vec<u64>) -> Latency {
@@ -287,6 +323,28 @@ mod tests {
         let a = result(&r, "availability");
         assert!(a.passed && !a.judged && a.anomalies.is_empty());
         assert!(a.description.contains("Sends: 3 ok"), "{}", a.description);
+    }
+
+    #[test]
+    fn a_restarted_node_is_timed_to_its_first_ok_operation() {
+        let mut h = H::default();
+        h.nemesis(NemesisAction::Start, "kill"); // t=1, "kill node 1"
+        h.wait(10);
+        h.nemesis(NemesisAction::Stop, "kill"); // t=12
+        // Node 2 answers first, then node 1, 20 ms after the restart.
+        let a = h.ok_send(1, "k", 0, 0); // t=13,14
+        h.ops[a as usize].node = Some(2);
+        h.wait(17);
+        let b = h.ok_send(1, "k", 1, 1); // t=32,33
+        h.ops[b as usize].node = Some(1);
+        h.nemesis(NemesisAction::Start, "partition"); // t=34
+        h.nemesis(NemesisAction::Stop, "partition"); // t=35
+        let (_, s) = availability(&Facts::new(&h.ops));
+        assert_eq!(s.faults[0].restarted_answer_ms, Some(21.0));
+        assert_eq!(s.faults[1].restarted_answer_ms, None, "a partition restarts no node");
+        assert_eq!(restarted_node("power", "node 3 (leader) lost power"), Some(3));
+        assert_eq!(restarted_node("membership", "node 12 removed"), Some(12));
+        assert_eq!(restarted_node("kill", "no node named"), None);
     }
 
     #[test]

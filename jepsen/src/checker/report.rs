@@ -91,6 +91,11 @@ pub struct FaultStat {
     /// between consecutive ok sends, and from the last one to the window's
     /// end. 0 when no send ran in the window.
     pub longest_gap_ms: f64,
+    /// For a fault healed by starting a node again (kill, power, corrupt,
+    /// membership): from the stop to the first ok workload operation that
+    /// node answered. None for other faults, or when it answered none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_answer_ms: Option<f64>,
 }
 
 /// What the `availability` check reports. Counts are of completions by
