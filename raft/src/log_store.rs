@@ -618,8 +618,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
-        // The checkpoint's temporary file, or a cut segment's copy, may
-        // need room.
+        // The checkpoint's temporary file may need room. (A segment copy
+        // made for readers that fails poisons the log: no retry helps.)
         until_room("log truncate", &self.inner.stopping, || {
             let this = self.clone();
             let cut = tokio::task::spawn_blocking(move || this.truncate_now(last_log_id.map_or(0, |l| l.index + 1)));

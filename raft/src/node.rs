@@ -636,16 +636,16 @@ impl RaftNode {
                 if !(voter && caught_up) || tokio::time::Instant::now() < not_before {
                     continue;
                 }
-                // A transfer still under way, or one that did not happen.
+                // A transfer still under way.
                 if !left && handed.is_some_and(|t| t.elapsed() < HAND_OVER_WAIT) {
                     continue;
                 }
-                // Leading again soon after handing over: the preferred node
-                // could not keep it (its disk is full, say). Wait longer at
-                // each bounce instead of handing it back every half second.
+                // Leading again soon after handing over, or never seen to
+                // stop: the preferred node could not take or keep it (its
+                // disk is full, say). Each try costs the group an election,
+                // so wait longer at each bounce.
                 if let Some(t) = handed
-                    && left
-                    && t.elapsed() < PREFERRED_BOUNCE
+                    && (!left || t.elapsed() < PREFERRED_BOUNCE)
                 {
                     hold_off = (hold_off * 2).clamp(PREFERRED_BOUNCE, PREFERRED_MAX_HOLD_OFF);
                     not_before = tokio::time::Instant::now() + hold_off;
@@ -657,6 +657,7 @@ impl RaftNode {
                     );
                     continue;
                 }
+                // It kept leadership a while, then lost it: a fresh start.
                 if handed.is_some() {
                     hold_off = Duration::ZERO;
                 }

@@ -12,10 +12,14 @@
 //! when preallocation fails, before a byte is written), log-index units go
 //! in one at a time, metadata and snapshot files are rewritten whole, and an
 //! entry applied again finds the queue units and keys the failed try wrote
-//! (`Store::dispatch`) and the outcome of its guard (a guarded send's ack).
+//! (`Store::dispatch`) and the outcome of its guard (a guarded send's ack);
+//! no snapshot is taken while an entry is half applied.
 //!
-//! Not covered: installing a snapshot (its queue resets allocate before
-//! they free) fails as before.
+//! Not covered, failing as before: installing a snapshot (its queue resets
+//! allocate before they free), and a truncation that must copy a segment
+//! readers still hold. A purge needs a little room (the purged id's file)
+//! before it frees any, so on a disk full to the last byte it waits until
+//! something else frees space.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -105,6 +105,10 @@ struct State {
     /// running out of space) must reuse the outcome, not apply the guard
     /// twice (a second ack of the same receipt fails).
     guard_applied: Option<(u64, bool)>,
+    /// The entry at this index failed half-way for want of disk space and
+    /// waits to be applied again: its queue units, keys or guard may be in
+    /// already, so no snapshot may be taken until it is whole.
+    half_applied: Option<u64>,
 }
 
 struct Inner {
@@ -298,8 +302,19 @@ impl StateMachine {
     fn snapshot_content(&self) -> io::Result<SnapshotContent> {
         let store = self.inner.log.store();
         let content = {
-            // Under the state lock no entry is half applied.
-            let st = read_state(&self.inner.state);
+            // Under the state lock no entry is being applied; one that ran
+            // out of space half-way is waited for (this is a blocking thread).
+            let st = loop {
+                let st = read_state(&self.inner.state);
+                if st.half_applied.is_none() {
+                    break st;
+                }
+                drop(st);
+                if self.inner.log.stopping().load(std::sync::atomic::Ordering::Acquire) {
+                    return Err(io::Error::other("stopping while an entry waits for disk space"));
+                }
+                std::thread::sleep(crate::room::RETRY);
+            };
             SnapshotContent {
                 meta: SnapshotMeta {
                     last_log_id: st.last_applied,
@@ -721,8 +736,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             // A new queue or key-index file may find the disk full: the
             // entry is applied again once there is room (see `crate::room`;
             // dispatch finds what a half-done try already indexed).
+            let mut half = false;
             let resp = until_room("apply", self.inner.log.stopping(), || {
-                std::future::ready(self.apply_entry(&entry))
+                let applied = self.apply_entry(&entry);
+                // Marked while a failed try waits, so that snapshots wait too.
+                if applied.is_err() != half {
+                    half = applied.is_err();
+                    write_state(&self.inner.state).half_applied = half.then_some(entry.log_id.index);
+                }
+                std::future::ready(applied)
             })
             .await?;
             last = Some(entry.log_id.index);

@@ -29,24 +29,6 @@ use crate::mapped_file::{MapOptions, sync_dir};
 use crate::queue_table::QueueTable;
 use crate::retention::{self, Clock, DiskProbe, RetentionPlan};
 
-/// The queue offset of the message at `phys` if `cq` holds it already.
-/// Units are in `phys` order, so the walk back from the newest stops at the
-/// first unit below `phys`: at once, unless an apply is being tried again.
-fn queued_offset(cq: &ConsumeQueue, phys: u64) -> Result<Option<u64>> {
-    let mut offset = cq.max_offset();
-    while offset > cq.min_offset() {
-        let unit = cq.get(offset - 1)?;
-        if unit.phys == phys {
-            return Ok(Some(offset - 1));
-        }
-        if unit.phys < phys {
-            break;
-        }
-        offset -= 1;
-    }
-    Ok(None)
-}
-
 /// One message to index, as the caller decoded it from an applied record.
 #[derive(Debug, Clone)]
 pub struct Dispatch<'a> {
@@ -215,14 +197,17 @@ impl Store {
     /// is found there, not added again.
     pub fn dispatch(&self, d: &Dispatch<'_>) -> Result<u64> {
         let cq = self.inner.queues.get_or_create(d.topic, d.queue_id)?;
-        let offset = match queued_offset(&cq, d.phys)? {
-            Some(offset) => offset,
-            None => cq.append(CqUnit {
-                phys: d.phys,
-                size: d.size,
-                tag_hash: d.tag_hash,
-            })?,
-        };
+        let (offset, queued_before) = cq.append_once(CqUnit {
+            phys: d.phys,
+            size: d.size,
+            tag_hash: d.tag_hash,
+        })?;
+        // A message queued by the failed try had its keys indexed too,
+        // unless it was the last one (its keys may be half in: put again,
+        // and a key found twice is reported once).
+        if queued_before && self.inner.index.last_phys().is_some_and(|last| d.phys < last) {
+            return Ok(offset);
+        }
         for key in &d.keys {
             self.inner.index.put(key, d.phys, d.store_timestamp_ms)?;
         }

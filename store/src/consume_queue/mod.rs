@@ -385,12 +385,31 @@ impl ConsumeQueue {
 
     /// Appends a unit and returns the queue offset assigned to it.
     pub fn append(&self, unit: CqUnit) -> Result<u64> {
+        let mut w = self.lock_writer();
+        self.append_locked(&mut w, unit)
+    }
+
+    /// As [`ConsumeQueue::append`], unless the queue already holds a unit
+    /// at `unit.phys` (an apply tried again after failing half-way): then
+    /// that unit's offset, and `true`. A unit past the last goes straight
+    /// in; only one at or below it is looked up (under the writer lock, so
+    /// no purge moves the queue's start meanwhile).
+    pub fn append_once(&self, unit: CqUnit) -> Result<(u64, bool)> {
+        let mut w = self.lock_writer();
+        if w.last_phys.is_some_and(|last| unit.phys <= last)
+            && let Some(q) = self.offset_of_phys(unit.phys)?
+        {
+            return Ok((q, true));
+        }
+        Ok((self.append_locked(&mut w, unit)?, false))
+    }
+
+    fn append_locked(&self, w: &mut Writer, unit: CqUnit) -> Result<u64> {
         if unit.size == 0 {
             return Err(StoreError::BadArgument(
                 "a consume queue unit's size must be positive".into(),
             ));
         }
-        let mut w = self.lock_writer();
         if let Some(prev) = w.last_phys
             && unit.phys < prev
         {

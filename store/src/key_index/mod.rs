@@ -677,14 +677,15 @@ impl KeyIndex {
     }
 
     /// Indexes `key` for the message at `phys` stored at `timestamp_ms`.
-    /// Puts come in `phys` order; one below the last put's `phys` was made
-    /// before (an apply tried again after running out of space half-way)
-    /// and is skipped. One at the last `phys` goes in: a message's keys
-    /// share it, and a key put twice is found once (queries drop repeats).
+    /// `phys` must be >= the last put's `phys`.
     pub fn put(&self, key: &[u8], phys: u64, timestamp_ms: u64) -> Result<()> {
         let mut last = lock(&self.writer);
-        if last.is_some_and(|l| phys < l) {
-            return Ok(());
+        if let Some(l) = *last
+            && phys < l
+        {
+            return Err(StoreError::BadArgument(format!(
+                "key index put at physical offset {phys} is below the last one, {l}"
+            )));
         }
         let newest = read_lock(&self.files).last().cloned();
         let file = match newest {
@@ -694,6 +695,11 @@ impl KeyIndex {
         file.append(key_hash(key), phys, timestamp_ms)?;
         *last = Some(phys);
         Ok(())
+    }
+
+    /// The physical offset of the last put, if any.
+    pub fn last_phys(&self) -> Option<u64> {
+        *lock(&self.writer)
     }
 
     /// Flushes the full newest file `old` (if any) and starts a new one at
