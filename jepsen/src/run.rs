@@ -204,6 +204,7 @@ async fn test(
         rate: opts.rate,
         seed: opts.seed,
         recorder: recorder.clone(),
+        avoided: workload::Avoided::new(),
     });
     let samples = Arc::new(Mutex::new(Vec::new()));
     // Aborted however the test ends (an error, Ctrl-C dropping this

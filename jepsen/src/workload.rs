@@ -10,9 +10,10 @@
 //! stores the position; every few polls the slot moves to another key.
 //!
 //! Requests go to a random node, so followers forward writes to the
-//! leader; a slot whose call ran into its deadline on a node sends its next
-//! calls elsewhere for [`AVOID_FOR`], as a client that tries another access
-//! point does (one slow node must not hold every slot). An operation with an unknown outcome retires its process (Jepsen's
+//! leader. A node that keeps any call waiting past [`SLOW_CALL`] is avoided
+//! by every slot for [`AVOID_FOR`] (the call itself waits on to its
+//! deadline), as a client isolates an access point that stopped answering
+//! and uses the others: one frozen node must not gather every slot. An operation with an unknown outcome retires its process (Jepsen's
 //! rule): the slot goes on as process `p + concurrency`. Reads have no
 //! effects, so a read that times out is a failure, not an unknown.
 //!
@@ -30,18 +31,48 @@ use std::time::{Duration, Instant, SystemTime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::client::{CALL_TIMEOUT, Client, Half, Outcome};
+use crate::client::{Client, Half, Outcome};
 use crate::history::{Call, DRAIN_PROCESS, OpType, Process, Resolution};
 use crate::recorder::Recorder;
 
-/// How long a slot keeps away from a node whose call ran into the deadline.
+/// How long the slots keep away from a node that kept a call waiting.
 pub const AVOID_FOR: Duration = Duration::from_secs(3);
+/// A call unanswered this long marks its node to be avoided. The broker
+/// answers within about a second even without a leader (`UNAVAILABLE`
+/// after 3 election timeouts, a forward given up when its leader is lost).
+pub const SLOW_CALL: Duration = Duration::from_secs(1);
 
-/// Node `drawn` (1..=`nodes`), or the next one when it is `avoided`.
-fn pick(drawn: u64, nodes: u64, avoided: Option<u64>) -> u64 {
-    match avoided {
-        Some(a) if a == drawn && nodes > 1 => drawn % nodes + 1,
-        _ => drawn,
+/// Node `drawn` (1..=`nodes`), or the next one after it that is not
+/// `avoided` (`drawn` when all are).
+fn pick(drawn: u64, nodes: u64, avoided: &[u64]) -> u64 {
+    (0..nodes)
+        .map(|i| (drawn - 1 + i) % nodes + 1)
+        .find(|n| !avoided.contains(n))
+        .unwrap_or(drawn)
+}
+
+/// The nodes the slots keep away from, and until when.
+pub struct Avoided(std::sync::Mutex<Vec<(u64, Instant)>>);
+
+impl Avoided {
+    pub fn new() -> Avoided {
+        Avoided(std::sync::Mutex::new(Vec::new()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Instant)>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn mark(&self, node: u64) {
+        let mut v = self.lock();
+        v.retain(|&(n, _)| n != node);
+        v.push((node, Instant::now() + AVOID_FOR));
+    }
+
+    fn now(&self) -> Vec<u64> {
+        let mut v = self.lock();
+        v.retain(|&(_, until)| Instant::now() < until);
+        v.iter().map(|&(n, _)| n).collect()
     }
 }
 
@@ -56,6 +87,7 @@ pub struct Workload {
     pub rate: f64,
     pub seed: u64,
     pub recorder: Recorder,
+    pub avoided: Avoided,
 }
 
 /// Polls on one key before the consumer moves to another.
@@ -112,7 +144,6 @@ impl Workload {
         let mut pending_end: Option<PendingEnd> = None;
         let every_key: Vec<&String> = self.keys.iter().chain(&self.held_keys).collect();
         let mean_gap = self.concurrency as f64 / self.rate.max(0.001);
-        let mut avoid: Option<(u64, Instant)> = None;
         while Instant::now() < until {
             // Exponential gaps: Poisson arrivals at the target rate.
             let gap = -mean_gap * (1.0 - rng.random::<f64>()).ln();
@@ -120,14 +151,12 @@ impl Workload {
             if Instant::now() >= until {
                 break;
             }
-            let avoided = avoid.filter(|(_, end)| Instant::now() < *end).map(|(n, _)| n);
             let node = pick(
                 rng.random_range(1..=self.clients.len() as u64),
                 self.clients.len() as u64,
-                avoided,
+                &self.avoided.now(),
             );
             let client = &self.clients[node as usize - 1];
-            let started = Instant::now();
             let p = Process::Client(process);
             let r: f64 = rng.random();
             let retire = if let Some(end) = pending_end.take() {
@@ -138,7 +167,9 @@ impl Workload {
                     transaction_id: end.half.transaction_id.clone(),
                 };
                 self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
-                let out = client.end_txn(&end.key, &end.half, end.resolution, false).await;
+                let out = self
+                    .watched(node, client.end_txn(&end.key, &end.half, end.resolution, false))
+                    .await;
                 self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
             } else if r < SEND_SHARE {
                 let key = self.keys[rng.random_range(0..self.keys.len())].clone();
@@ -149,7 +180,7 @@ impl Workload {
                     offset,
                 };
                 self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                let out = client.send(&key, value).await;
+                let out = self.watched(node, client.send(&key, value)).await;
                 self.recorder.complete(p, node, out, |o| call(Some(o)), call(None))
             } else if r < TIMED_SHARE {
                 let key = self.held_keys[rng.random_range(0..self.held_keys.len())].clone();
@@ -163,7 +194,9 @@ impl Workload {
                     due: self.recorder.now() + delay.as_nanos() as u64,
                 };
                 self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
-                let out = client.timed_send(&key, value, SystemTime::now() + delay).await;
+                let out = self
+                    .watched(node, client.timed_send(&key, value, SystemTime::now() + delay))
+                    .await;
                 self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
             } else if r < TXN_SHARE {
                 let key = self.held_keys[rng.random_range(0..self.held_keys.len())].clone();
@@ -179,7 +212,7 @@ impl Workload {
                     transaction_id,
                 };
                 self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                let out = client.txn_send(&key, value).await;
+                let out = self.watched(node, client.txn_send(&key, value)).await;
                 if let (Outcome::Ok(half), Some(resolution)) = (&out, resolution) {
                     pending_end = Some(PendingEnd {
                         key: key.clone(),
@@ -203,7 +236,7 @@ impl Workload {
                                 msgs,
                             };
                             self.recorder.record(p, OpType::Invoke, call(vec![]), Some(node), None);
-                            let out = client.pull(&group, key, from, POLL_BATCH).await;
+                            let out = self.watched(node, client.pull(&group, key, from, POLL_BATCH)).await;
                             if let Outcome::Ok(msgs) = &out
                                 && let Some(&(last, _)) = msgs.last()
                             {
@@ -219,7 +252,7 @@ impl Workload {
                                 offset,
                             };
                             self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
-                            let out = client.commit(&group, &key, offset).await;
+                            let out = self.watched(node, client.commit(&group, &key, offset)).await;
                             self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
                         }
                     }
@@ -231,7 +264,7 @@ impl Workload {
                             offset,
                         };
                         self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                        let out = client.committed(&group, &key).await;
+                        let out = self.watched(node, client.committed(&group, &key)).await;
                         assigned = match &out {
                             Outcome::Ok(o) => Some((key.clone(), o.unwrap_or(0), 0)),
                             _ => None,
@@ -241,12 +274,22 @@ impl Workload {
                     }
                 }
             };
-            if started.elapsed() >= CALL_TIMEOUT.mul_f64(0.9) {
-                avoid = Some((node, Instant::now() + AVOID_FOR));
-            }
             if retire {
                 process += self.concurrency as u64;
                 assigned = None;
+            }
+        }
+    }
+
+    /// Awaits `call` to `node`; if it is still unanswered after
+    /// [`SLOW_CALL`], the node is avoided by every slot for a while.
+    async fn watched<T>(&self, node: u64, call: impl Future<Output = T>) -> T {
+        tokio::pin!(call);
+        tokio::select! {
+            out = &mut call => out,
+            () = tokio::time::sleep(SLOW_CALL) => {
+                self.avoided.mark(node);
+                call.await
             }
         }
     }
@@ -308,10 +351,24 @@ mod tests {
 
     #[test]
     fn an_avoided_node_passes_its_turn_to_the_next() {
-        assert_eq!(pick(2, 3, None), 2);
-        assert_eq!(pick(2, 3, Some(2)), 3);
-        assert_eq!(pick(3, 3, Some(3)), 1);
-        assert_eq!(pick(1, 3, Some(2)), 1);
-        assert_eq!(pick(1, 1, Some(1)), 1);
+        assert_eq!(pick(2, 3, &[]), 2);
+        assert_eq!(pick(2, 3, &[2]), 3);
+        assert_eq!(pick(3, 3, &[3]), 1);
+        assert_eq!(pick(1, 3, &[2]), 1);
+        assert_eq!(pick(2, 3, &[2, 3]), 1);
+        assert_eq!(pick(2, 3, &[1, 2, 3]), 2, "all avoided: the drawn one");
+        assert_eq!(pick(1, 1, &[1]), 1);
+    }
+
+    #[test]
+    fn a_marked_node_is_avoided_until_its_mark_ends() {
+        let avoided = Avoided::new();
+        avoided.mark(2);
+        avoided.mark(3);
+        avoided.mark(2);
+        assert_eq!(avoided.now(), vec![3, 2], "one mark a node, the newest");
+        // Node 3's mark ends.
+        avoided.lock()[0].1 = Instant::now();
+        assert_eq!(avoided.now(), vec![2]);
     }
 }
