@@ -110,12 +110,18 @@ impl LogStore {
     /// Opens the log over `store`, with its own state in `raft_dir`.
     pub fn open(store: Store, raft_dir: &Path) -> io::Result<LogStore> {
         let meta = RaftMeta::open(raft_dir)?;
-        let index = ConsumeQueue::open_dir(
-            &raft_dir.join("log_index"),
-            LOG_INDEX_UNITS_PER_FILE,
-            store.recovered_from_crash(),
-        )
-        .map_err(io_err)?;
+        let index_dir = raft_dir.join("log_index");
+        let open_index = || ConsumeQueue::open_dir(&index_dir, LOG_INDEX_UNITS_PER_FILE, store.recovered_from_crash());
+        let index = match open_index() {
+            // Derived from the CommitLog's records: damage that keeps it
+            // from opening (a file cut short, say) costs a rebuild.
+            Err(e @ raftmq_store::StoreError::Corrupt { .. }) => {
+                tracing::error!(error = %e, "the log index cannot be opened; rebuilding it from the commitlog");
+                std::fs::remove_dir_all(&index_dir)?;
+                open_index().map_err(io_err)?
+            }
+            opened => opened.map_err(io_err)?,
+        };
         let mut log = LogStore {
             inner: Arc::new(Inner {
                 store,
