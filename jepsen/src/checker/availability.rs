@@ -194,9 +194,16 @@ pub(super) fn availability(f: &Facts) -> (CheckResult, Stats) {
 }
 
 /// The node a fault restarts when it is healed (`kill`, `power`,
-/// `corrupt`, `membership`), from the nemesis's detail ("... node 3 ...").
+/// `corrupt`, a `membership` removal), from the nemesis's detail
+/// ("... node 3 ...").
 fn restarted_node(fault: &str, detail: &str) -> Option<u64> {
-    if !matches!(fault, "kill" | "power" | "corrupt" | "membership") {
+    let restarts = match fault {
+        "kill" | "power" | "corrupt" => true,
+        // A leadership transfer restarts nothing; a removal does.
+        "membership" => detail.contains("removed"),
+        _ => false,
+    };
+    if !restarts {
         return None;
     }
     let rest = &detail[detail.find("node ")? + 5..];
@@ -344,6 +351,7 @@ mod tests {
         assert_eq!(s.faults[1].restarted_answer_ms, None, "a partition restarts no node");
         assert_eq!(restarted_node("power", "node 3 (leader) lost power"), Some(3));
         assert_eq!(restarted_node("membership", "node 12 removed"), Some(12));
+        assert_eq!(restarted_node("membership", "leadership from node 1 to node 2"), None);
         assert_eq!(restarted_node("kill", "no node named"), None);
     }
 
