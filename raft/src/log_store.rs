@@ -116,8 +116,15 @@ impl LogStore {
             // Derived from the CommitLog's records: damage that keeps it
             // from opening (a file cut short, say) costs a rebuild.
             Err(e @ raftmq_store::StoreError::Corrupt { .. }) => {
-                tracing::error!(error = %e, "the log index cannot be opened; rebuilding it from the commitlog");
-                std::fs::remove_dir_all(&index_dir)?;
+                // Kept beside it for the operator, as quarantine keeps files.
+                let aside = raft_dir.join(format!(
+                    "log_index.damaged.{}",
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis())
+                ));
+                tracing::error!(error = %e, aside = %aside.display(), "the log index cannot be opened; rebuilding it from the commitlog");
+                std::fs::rename(&index_dir, &aside)?;
                 open_index().map_err(io_err)?
             }
             opened => opened.map_err(io_err)?,

@@ -29,7 +29,14 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 pub fn is_damage(e: &RaftError) -> bool {
     match e {
         RaftError::Store(raftmq_store::StoreError::Corrupt { .. }) => true,
-        RaftError::Io(io) => io.kind() == io::ErrorKind::InvalidData,
+        // The log store hands store errors to openraft as `io::Error`s.
+        RaftError::Io(io) => {
+            io.kind() == io::ErrorKind::InvalidData
+                || io
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<raftmq_store::StoreError>())
+                    .is_some_and(|s| matches!(s, raftmq_store::StoreError::Corrupt { .. }))
+        }
         _ => false,
     }
 }
@@ -68,6 +75,22 @@ pub fn set_aside(data: &Path) -> io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn damage_is_recognised_bare_and_as_the_log_store_wraps_it() {
+        let corrupt = || raftmq_store::StoreError::Corrupt {
+            file: "x".into(),
+            offset: 0,
+            reason: "bad".into(),
+        };
+        assert!(is_damage(&RaftError::Store(corrupt())));
+        assert!(is_damage(&RaftError::Io(io::Error::other(corrupt()))));
+        assert!(is_damage(&RaftError::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "x"
+        ))));
+        assert!(!is_damage(&RaftError::Io(io::Error::other("disk on fire"))));
+    }
 
     #[test]
     fn the_vote_and_committed_id_stay_and_the_rest_moves() {
