@@ -15,7 +15,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, message, replicas_whole, send_retrying};
+use common::{Cluster, message, read_queue, replicas_whole, send_retrying};
 use raftmq::proto::pb;
 use tonic::Code;
 
@@ -140,36 +140,15 @@ async fn a_full_disk_refuses_sends_clearly_and_a_full_leader_hands_over() {
     set_refuse_ratio(&c, full, "1.0").await;
     replicas_whole(&c, &acked, "a full disk").await;
     for id in 1..=3 {
-        let ids = message_ids(&c, id).await;
+        let ids = read_queue(&c, id, 0).await;
         for r in &refused {
-            assert!(!ids.contains(&format!("msg-{r}")), "refused send {r} is on node {id}");
+            assert!(
+                !ids.values().any(|m| *m == format!("msg-{r}")),
+                "refused send {r} is on node {id}"
+            );
         }
     }
     c.check_alive();
-}
-
-/// Every message id in T's queue 0 on node `id`.
-async fn message_ids(c: &Cluster, id: u64) -> Vec<String> {
-    let mut client = c.client(id).await;
-    let mut ids = Vec::new();
-    let mut offset = 0;
-    loop {
-        let r = client
-            .read(pb::ReadRequest {
-                topic: "T".into(),
-                queue_id: 0,
-                offset,
-                max_count: 500,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        ids.extend(r.messages.into_iter().map(|m| m.message_id));
-        if r.next_offset >= r.max_offset {
-            return ids;
-        }
-        offset = r.next_offset;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

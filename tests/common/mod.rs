@@ -460,32 +460,37 @@ pub async fn send_retrying(client: &mut BrokerClient<Channel>, q: u32, i: u64) -
     }
 }
 
+/// Every message id in queue `q` of topic T on node `id`, by queue offset.
+pub async fn read_queue(c: &Cluster, id: u64, q: u32) -> BTreeMap<u64, String> {
+    let mut client = c.client(id).await;
+    let mut offset = 0;
+    let mut got = BTreeMap::new();
+    loop {
+        let r = client
+            .read(pb::ReadRequest {
+                topic: "T".into(),
+                queue_id: q,
+                offset,
+                max_count: 500,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        for m in r.messages {
+            got.insert(m.queue_offset, m.message_id);
+        }
+        if r.next_offset >= r.max_offset {
+            return got;
+        }
+        offset = r.next_offset;
+    }
+}
+
 /// Reads every queue of topic T from node `id` and checks each acknowledged
 /// message is at its offset.
 pub async fn check_reads(c: &Cluster, id: u64, acked: &BTreeMap<(u32, u64), u64>, queues: u32) {
-    let mut client = c.client(id).await;
     for q in 0..queues {
-        let mut offset = 0;
-        let mut got = BTreeMap::new();
-        loop {
-            let r = client
-                .read(pb::ReadRequest {
-                    topic: "T".into(),
-                    queue_id: q,
-                    offset,
-                    max_count: 500,
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            for m in &r.messages {
-                got.insert(m.queue_offset, m.message_id.clone());
-            }
-            if r.next_offset >= r.max_offset {
-                break;
-            }
-            offset = r.next_offset;
-        }
+        let got = read_queue(c, id, q).await;
         // Offsets are dense.
         assert!(
             got.keys().copied().eq(0..got.len() as u64),
