@@ -89,6 +89,14 @@ impl StoreConfig {
             cq_units_per_file: 100,
             index_slots: 64,
             index_entries: 200,
+            // The host's disk use must not decide a test: retention that
+            // acts on it has tests of its own, with a fake disk.
+            retention: RetentionConfig {
+                disk_warn_ratio: 1.0,
+                disk_force_ratio: 1.0,
+                disk_refuse_ratio: 1.0,
+                ..RetentionConfig::default()
+            },
             ..StoreConfig::default()
         }
     }

@@ -229,7 +229,13 @@ impl DiskProbe for FakeDisk {
 #[test]
 fn retention_deletes_segments_and_the_indexes_below_them() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), &cfg()).unwrap();
+    // The default watermarks (warn 75 %, force 85 %, refuse 90 %), which
+    // `small_for_tests` turns off.
+    let cfg = StoreConfig {
+        retention: Default::default(),
+        ..cfg()
+    };
+    let store = Store::open(dir.path(), &cfg).unwrap();
     produce(&store, 0, 400);
     let segments = store.commitlog().segment_infos().unwrap().len();
     assert!(segments > 5);
