@@ -11,12 +11,27 @@ use raftmq_raft::message::MessageView;
 use raftmq_raft::{Message, NodeAddr, NodeConfig, RaftNode};
 use raftmq_store::StoreConfig;
 
+/// A port nothing listens on, below the OS's ephemeral range: a port picked
+/// there cannot be taken by an outgoing connection's local end between the
+/// pick and the server's bind (which port 0 allows). Never the same twice in
+/// one process; the start is spread by process id.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let top = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > 12_000)
+        .unwrap_or(32_768);
+    let (bottom, span) = (10_000, top - 10_000);
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let port = (bottom + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {bottom}..{top}");
 }
 
 fn node_config(dir: &std::path::Path, id: u64, addr: &NodeAddr, members: &BTreeMap<u64, NodeAddr>) -> NodeConfig {

@@ -16,22 +16,27 @@ pub mod dev;
 pub mod scenario;
 pub mod v2;
 
-/// A port nothing listens on, never the same twice in one test binary
-/// (tests run in parallel and the OS may hand a just-released port out again).
+/// A port nothing listens on, below the OS's ephemeral range: a port picked
+/// there cannot be taken by an outgoing connection's local end between the
+/// pick and the server's bind (which port 0 allows). Never the same twice in
+/// one process; the start is spread by process id.
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if !given.contains(&port) {
-            given.push(port);
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let top = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > 12_000)
+        .unwrap_or(32_768);
+    let (bottom, span) = (10_000, top - 10_000);
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let port = (bottom + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
+    panic!("no free port in {bottom}..{top}");
 }
 
 pub struct Node {
