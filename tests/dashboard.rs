@@ -190,9 +190,18 @@ async fn with_acl_on_pages_call_as_the_user_logged_in_and_other_sites_cannot_pos
     );
 
     // Not logged in: the cluster refuses, and the page says what to do.
-    let (code, page) = get(&addr, "/topics", "");
-    assert_eq!(code, 200);
-    assert!(page.contains("log in with an access key"), "{page}");
+    // (The page asks a broker once the NameServer lists a topic, which its
+    // broker's heartbeat may bring a moment after `dev.json` is written.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, page) = get(&addr, "/topics", "");
+        assert_eq!(code, 200);
+        if page.contains("log in with an access key") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Without a login, a change is refused by the cluster, and said so.
     let form = "name=Evil&queues=1&message_type=NORMAL&perm=6";
