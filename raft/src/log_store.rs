@@ -54,7 +54,8 @@ use crate::room::until_room;
 use crate::types::{Entry, LogId, TypeConfig, Vote, log_id};
 
 /// Units per log-index file (20 bytes each, sector-packed: about 6 MB).
-pub const LOG_INDEX_UNITS_PER_FILE: u64 = 300_000;
+/// Unit tests use small files, to have several without 300,000 entries.
+pub const LOG_INDEX_UNITS_PER_FILE: u64 = if cfg!(test) { 100 } else { 300_000 };
 
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
@@ -183,6 +184,9 @@ impl LogStore {
         }
         let segment = self.inner.store.commitlog().config().segment_size;
         let unit = |i: u64| self.inner.index.get(i).map_err(|e| format!("unit {i}: {e}"));
+        if first > self.after_purge() {
+            self.check_nothing_before(first, unit(first)?.phys)?;
+        }
         let mut prev = unit(first)?;
         for i in first + 1..end {
             let u = unit(i)?;
@@ -216,6 +220,29 @@ impl LogStore {
                     r.meta().index,
                     r.meta().term,
                     r.encoded().len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// An index that starts above the purged entries (at `first`, whose
+    /// record is at `phys`) must have no unpurged record before it in the
+    /// CommitLog: one whose first file went missing opens further on, and
+    /// the entries in between would read as absent. Reads the log's head up
+    /// to `phys` (at most about a segment, once, at start).
+    fn check_nothing_before(&self, first: u64, phys: u64) -> Result<(), String> {
+        let (log, after_purge) = (self.inner.store.commitlog(), self.after_purge());
+        for record in log.iter_from(log.min_offset()) {
+            let record = record.map_err(|e| format!("the log before entry {first}: {e}"))?;
+            if record.offset() >= phys {
+                break;
+            }
+            let i = record.meta().index;
+            if i >= after_purge {
+                return Err(format!(
+                    "the index starts at entry {first}, but the commitlog holds entry {i} before it (at offset {})",
+                    record.offset()
                 ));
             }
         }
@@ -297,8 +324,12 @@ impl LogStore {
     /// First index after the purged prefix, and one past the last entry.
     pub fn bounds(&self) -> (u64, u64) {
         let index = &self.inner.index;
-        let after_purge = self.inner.meta.purged().map_or(0, |p| p.index + 1);
-        (index.min_offset().max(after_purge), index.max_offset())
+        (index.min_offset().max(self.after_purge()), index.max_offset())
+    }
+
+    /// The first index not purged.
+    fn after_purge(&self) -> u64 {
+        self.inner.meta.purged().map_or(0, |p| p.index + 1)
     }
 
     /// The command of entry `index` (none for blank and membership
@@ -648,5 +679,50 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             async move { purged.await.map_err(io::Error::other)? }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raftmq_store::StoreConfig;
+
+    fn blank(index: u64) -> (RecordMeta, Bytes) {
+        entry::to_record(&Entry {
+            log_id: log_id(1, index),
+            payload: openraft::EntryPayload::Blank,
+        })
+    }
+
+    fn open(dir: &Path) -> LogStore {
+        let store = Store::open(dir, &StoreConfig::small_for_tests()).unwrap();
+        LogStore::open(store, &dir.join("raft")).unwrap()
+    }
+
+    #[test]
+    fn an_index_that_lost_its_first_file_is_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        let parts: Vec<_> = (1..=3 * LOG_INDEX_UNITS_PER_FILE).map(blank).collect();
+        log.append_step(&parts, &mut AppendProgress::default()).unwrap();
+        log.store().close().unwrap();
+        drop(log);
+
+        let index_dir = dir.path().join("raft/log_index");
+        let mut files: Vec<_> = std::fs::read_dir(&index_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), 3, "{files:?}");
+        std::fs::remove_file(&files[0]).unwrap();
+
+        let log = open(dir.path());
+        assert_eq!(log.bounds(), (1, 3 * LOG_INDEX_UNITS_PER_FILE + 1));
+        for i in 1..=3 * LOG_INDEX_UNITS_PER_FILE {
+            let u = log.locate(i).unwrap();
+            assert_eq!(log.store().commitlog().read(u.phys).unwrap().meta().index, i);
+        }
+        log.store().close().unwrap();
     }
 }
