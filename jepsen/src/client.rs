@@ -159,8 +159,11 @@ pub fn is_access_refusal(error: &str) -> bool {
         || code == tonic::Code::PermissionDenied.to_string()
 }
 
-/// Sorts a transport error: one before the request left is a definite
-/// failure; one after may hide an applied request.
+/// How the error of a call that could not connect begins.
+const NOT_CONNECTED: &str = "not connected: ";
+
+/// Sorts a transport error: one before the request left (no connection)
+/// is a definite failure; one after may hide an applied request.
 fn transport<T>(status: tonic::Status) -> Outcome<T> {
     let not_sent = status.code() == tonic::Code::Unavailable
         && std::error::Error::source(&status)
@@ -168,10 +171,16 @@ fn transport<T>(status: tonic::Status) -> Outcome<T> {
             .is_some_and(|s| s.contains("ConnectError") || s.contains("Connection refused"));
     let msg = format!("{}: {}", status.code(), status.message());
     if not_sent {
-        Outcome::Fail(msg)
+        Outcome::Fail(format!("{NOT_CONNECTED}{msg}"))
     } else {
         Outcome::Unknown(msg)
     }
+}
+
+/// Whether an outcome is a failure to connect at all (the node is down or
+/// not yet listening), which [`transport`] tells apart.
+pub fn not_connected<T>(out: &Outcome<T>) -> bool {
+    matches!(out, Outcome::Fail(e) if e.starts_with(NOT_CONNECTED))
 }
 
 /// Sorts a v2 status that is not OK.

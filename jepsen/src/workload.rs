@@ -10,11 +10,13 @@
 //! stores the position; every few polls the slot moves to another key.
 //!
 //! Requests go to a random node, so followers forward writes to the
-//! leader. A node that keeps any call waiting past [`SLOW_CALL`] is avoided
-//! by every slot for [`AVOID_FOR`] (the call itself waits on to its
-//! deadline), as a client isolates an access point that stopped answering
-//! and uses the others: one frozen node must not gather every slot. An operation with an unknown outcome retires its process (Jepsen's
-//! rule): the slot goes on as process `p + concurrency`. Reads have no
+//! leader. A node that keeps any call waiting past [`SLOW_CALL`], or
+//! refuses the connection, is avoided by every slot for [`AVOID_FOR`] (the
+//! slow call itself waits on to its deadline), as a client isolates an
+//! access point that stopped answering and uses the others: one frozen or
+//! dead node must not gather every slot. An operation with an unknown
+//! outcome retires its process (Jepsen's rule): the slot goes on as process
+//! `p + concurrency`. Reads have no
 //! effects, so a read that times out is a failure, not an unknown.
 //!
 //! Held keys (`jepsen-held-<i>`, topics that take any message type) get
@@ -31,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::client::{Client, Half, Outcome};
+use crate::client::{self, Client, Half, Outcome};
 use crate::history::{Call, DRAIN_PROCESS, OpType, Process, Resolution};
 use crate::recorder::Recorder;
 
@@ -284,16 +286,21 @@ impl Workload {
     }
 
     /// Awaits `call` to `node`; if it is still unanswered after
-    /// [`SLOW_CALL`], the node is avoided by every slot for a while.
-    async fn watched<T>(&self, node: u64, call: impl Future<Output = T>) -> T {
+    /// [`SLOW_CALL`], or it could not connect (a killed node), the node is
+    /// avoided by every slot for a while.
+    async fn watched<T>(&self, node: u64, call: impl Future<Output = Outcome<T>>) -> Outcome<T> {
         tokio::pin!(call);
-        tokio::select! {
+        let out = tokio::select! {
             out = &mut call => out,
             () = tokio::time::sleep(SLOW_CALL) => {
                 self.avoided.mark(node);
                 call.await
             }
+        };
+        if client::not_connected(&out) {
+            self.avoided.mark(node);
         }
+        out
     }
 
     /// Reads every key from every node to its end: the final reads the
