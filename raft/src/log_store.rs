@@ -230,7 +230,9 @@ impl LogStore {
     /// record is at `phys`) must have no unpurged record before it in the
     /// CommitLog: one whose first file went missing opens further on, and
     /// the entries in between would read as absent. Reads the log's head up
-    /// to `phys` (at most about a segment, once, at start).
+    /// to `phys`, purged records retention still keeps included; only at
+    /// open, and only when the index starts late, which a healthy log's
+    /// never does.
     fn check_nothing_before(&self, first: u64, phys: u64) -> Result<(), String> {
         let (log, after_purge) = (self.inner.store.commitlog(), self.after_purge());
         for record in log.iter_from(log.min_offset()) {
@@ -253,6 +255,19 @@ impl LogStore {
     /// log's end or below its start, and indexes records it has not seen.
     fn reconcile_index(&self) -> io::Result<()> {
         let (log, index) = (self.inner.store.commitlog(), &self.inner.index);
+        // A purge of the whole log resets the index to the first entry
+        // after it, deleting the old files newest first; a crash part-way
+        // leaves some of them, ending at or below that entry. Appends must
+        // go on from it, not from their end.
+        let after_purge = self.after_purge();
+        if index.min_offset() < index.max_offset() && index.max_offset() <= after_purge {
+            tracing::warn!(
+                index_end = index.max_offset(),
+                after_purge,
+                "the log index ends in the purged entries: starting it again after them"
+            );
+            index.reset(after_purge).map_err(io_err)?;
+        }
         index.truncate_phys(log.max_offset()).map_err(io_err)?;
         index.purge_below_phys(log.min_offset()).map_err(io_err)?;
         let from = match index.max_offset().checked_sub(1).filter(|&q| q >= index.min_offset()) {
@@ -694,6 +709,16 @@ mod tests {
         })
     }
 
+    /// The log index's files, oldest first.
+    fn index_files(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(dir.join("raft/log_index"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files
+    }
+
     fn open(dir: &Path) -> LogStore {
         let store = Store::open(dir, &StoreConfig::small_for_tests()).unwrap();
         LogStore::open(store, &dir.join("raft")).unwrap()
@@ -708,12 +733,7 @@ mod tests {
         log.store().close().unwrap();
         drop(log);
 
-        let index_dir = dir.path().join("raft/log_index");
-        let mut files: Vec<_> = std::fs::read_dir(&index_dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
+        let files = index_files(dir.path());
         assert_eq!(files.len(), 3, "{files:?}");
         std::fs::remove_file(&files[0]).unwrap();
 
@@ -723,6 +743,29 @@ mod tests {
             let u = log.locate(i).unwrap();
             assert_eq!(log.store().commitlog().read(u.phys).unwrap().meta().index, i);
         }
+        log.store().close().unwrap();
+    }
+
+    #[test]
+    fn an_index_left_behind_by_a_purge_of_everything_starts_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        let parts: Vec<_> = (1..=3 * LOG_INDEX_UNITS_PER_FILE).map(blank).collect();
+        log.append_step(&parts, &mut AppendProgress::default()).unwrap();
+        // The purge was recorded, and the index's reset deleted only its
+        // newest file before the crash.
+        let last = 3 * LOG_INDEX_UNITS_PER_FILE;
+        log.inner.meta.save_purged(log_id(1, last)).unwrap();
+        log.store().close().unwrap();
+        drop(log);
+        let files = index_files(dir.path());
+        std::fs::remove_file(files.last().unwrap()).unwrap();
+
+        let log = open(dir.path());
+        assert_eq!(log.bounds(), (last + 1, last + 1));
+        log.append_step(&[blank(last + 1)], &mut AppendProgress::default())
+            .unwrap();
+        assert_eq!(log.bounds(), (last + 1, last + 2));
         log.store().close().unwrap();
     }
 }
