@@ -10,9 +10,10 @@
 //! stores the position; every few polls the slot moves to another key.
 //!
 //! Requests go to a random node, so followers forward writes to the
-//! leader. A node that keeps any call waiting past [`SLOW_CALL`], or
-//! refuses the connection, is avoided by every slot for [`AVOID_FOR`] (the
-//! slow call itself waits on to its deadline), as a client isolates an
+//! leader. A node that keeps any call waiting past [`SLOW_CALL`] is avoided
+//! by every slot for [`AVOID_FOR`] (the slow call itself waits on to its
+//! deadline), one that refuses a connection for [`REFUSED_AVOID_FOR`], as
+//! a client isolates an
 //! access point that stopped answering and uses the others: one frozen or
 //! dead node must not gather every slot. An operation with an unknown
 //! outcome retires its process (Jepsen's rule): the slot goes on as process
@@ -39,6 +40,11 @@ use crate::recorder::Recorder;
 
 /// How long the slots keep away from a node that kept a call waiting.
 pub const AVOID_FOR: Duration = Duration::from_secs(3);
+
+/// How long a node that refused a connection is passed over: a killed node
+/// restarts within seconds, and a long mark would hide how soon it answers
+/// again (the checker's restart figures). Short, as each refusal is cheap.
+pub const REFUSED_AVOID_FOR: Duration = Duration::from_millis(500);
 /// A call unanswered this long marks its node to be avoided. A healthy
 /// node answers in milliseconds (p99 in the tens of ms under load); at about
 /// a hundred operations a second, waiting longer lets the slots pile onto a
@@ -67,10 +73,17 @@ impl Avoided {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn mark(&self, node: u64) {
+    /// Avoids `node` for `span` from now, or longer if it was marked so.
+    fn mark(&self, node: u64, span: Duration) {
         let mut v = self.lock();
-        v.retain(|&(n, _)| n != node);
-        v.push((node, Instant::now() + AVOID_FOR));
+        let mut until = Instant::now() + span;
+        v.retain(|&(n, t)| {
+            if n == node {
+                until = until.max(t);
+            }
+            n != node
+        });
+        v.push((node, until));
     }
 
     fn now(&self) -> Vec<u64> {
@@ -287,18 +300,19 @@ impl Workload {
 
     /// Awaits `call` to `node`; if it is still unanswered after
     /// [`SLOW_CALL`], or it could not connect (a killed node), the node is
-    /// avoided by every slot for a while.
+    /// avoided by every slot for a while ([`AVOID_FOR`], or
+    /// [`REFUSED_AVOID_FOR`] after a refusal).
     async fn watched<T>(&self, node: u64, call: impl Future<Output = Outcome<T>>) -> Outcome<T> {
         tokio::pin!(call);
         let out = tokio::select! {
             out = &mut call => out,
             () = tokio::time::sleep(SLOW_CALL) => {
-                self.avoided.mark(node);
+                self.avoided.mark(node, AVOID_FOR);
                 call.await
             }
         };
         if client::not_connected(&out) {
-            self.avoided.mark(node);
+            self.avoided.mark(node, REFUSED_AVOID_FOR);
         }
         out
     }
@@ -372,10 +386,15 @@ mod tests {
     #[test]
     fn a_marked_node_is_avoided_until_its_mark_ends() {
         let avoided = Avoided::new();
-        avoided.mark(2);
-        avoided.mark(3);
-        avoided.mark(2);
-        assert_eq!(avoided.now(), vec![3, 2], "one mark a node, the newest");
+        avoided.mark(2, AVOID_FOR);
+        avoided.mark(3, AVOID_FOR);
+        avoided.mark(2, REFUSED_AVOID_FOR);
+        assert_eq!(avoided.now(), vec![3, 2], "one mark a node");
+        let until = avoided.lock()[1].1;
+        assert!(
+            until > Instant::now() + REFUSED_AVOID_FOR,
+            "a shorter mark keeps the longer end"
+        );
         // Node 3's mark ends.
         avoided.lock()[0].1 = Instant::now();
         assert_eq!(avoided.now(), vec![2]);
