@@ -18,12 +18,15 @@ use raftmq_store::StoreConfig;
 fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Below 30000 too: Kubernetes NodePorts (30000-32767) may answer on
+    // 127.0.0.1 with no socket bound.
     let top = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .filter(|&low| low > 12_000)
-        .unwrap_or(32_768);
-    let (bottom, span) = (10_000, top - 10_000);
+        .unwrap_or(32_768)
+        .clamp(2_048, 30_000);
+    let bottom = top.saturating_sub(20_000).max(1_024);
+    let span = top - bottom;
     let start = std::process::id().wrapping_mul(7_919);
     for _ in 0..span {
         let port = (bottom + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
