@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 const LIMITS: &str = "[limits]\nmax_connections = 64\nmax_long_polls_per_client = 2\nmax_groups = 4\n\
-                      max_inflight_per_queue = 5\nmax_response_bytes = 1048576\n\
+                      max_inflight_per_queue = 5\nmax_inflight_per_group = 8\nmax_response_bytes = 1048576\n\
                       max_requests_per_client_per_s = 50\n";
 
 /// Resident memory of a process, from /proc.
@@ -184,6 +184,7 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
     let mut c = Cluster::start_with(dir.path(), 3, "async", LIMITS);
     let leader = c.leader().await;
     c.create_topic("T", 1, "").await;
+    c.create_topic("T2", 1, "").await;
     c.create_topic("Txn", 1, "TRANSACTION").await;
     let mut acked = BTreeMap::new();
     let mut v = client(&c, leader).await;
@@ -347,6 +348,25 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
         .unwrap();
     let (s, more) = receive_as(&mut v, "c-2", receive_req("G1", "T", 32, 0)).await;
     assert_eq!((s, more.len()), (Code::Ok, 5), "acks make room");
+    // Five in flight on T: another topic's queue gives G1 only three more.
+    for i in 0..6 {
+        let r = send(&mut v, vec![msg("T2", &format!("t2-{i}"), b"z")]).await;
+        assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    }
+    let (s, other) = receive_as(&mut v, "c-2", receive_req("G1", "T2", 32, 0)).await;
+    assert_eq!((s, other.len()), (Code::Ok, 3), "max_inflight_per_group = 8");
+    let (s, none) = receive_as(&mut v, "c-2", receive_req("G1", "T2", 32, 0)).await;
+    assert_eq!((s, none.len()), (Code::MessageNotFound, 0));
+    let handles: Vec<String> = more.iter().map(receipt_of).collect();
+    v.ack_message(with_id(ack_req("G1", "T", &handles), "c-2"))
+        .await
+        .unwrap();
+    let (s, rest) = receive_as(&mut v, "c-2", receive_req("G1", "T2", 32, 0)).await;
+    assert_eq!(
+        (s, rest.len()),
+        (Code::Ok, 2),
+        "acks on T make room on T2, up to its queue's bound of 5"
+    );
 
     // Finding 6: long polls per client are bounded.
     let mut polls = Vec::new();
@@ -551,6 +571,7 @@ async fn sends_past_the_in_flight_bound_are_refused_whole_and_store_nothing() {
     let mut c = Cluster::start_with(dir.path(), 3, "sync", "[limits]\nmax_inflight_sends = 2\n");
     let leader = c.leader().await;
     c.create_topic("T", 1, "").await;
+    c.create_topic("T2", 1, "").await;
     let v = client(&c, leader).await;
     let body = vec![b'x'; 256 << 10];
     let one = |i: u64| {

@@ -38,6 +38,10 @@ pub struct LimitsConfig {
     /// not yet acked); a receive finds no more messages in that queue
     /// until some are acked or their invisible time ends.
     pub max_inflight_per_queue: usize,
+    /// Deliveries of one consumer group in flight over all its topics and
+    /// queues: each is replicated state (and snapshot bytes) until acked,
+    /// so a group that never acks cannot grow it without end.
+    pub max_inflight_per_group: usize,
     /// Message bytes one read, query or receive answers with; the answer
     /// stops before the message that would pass it (one message always
     /// fits).
@@ -71,6 +75,7 @@ impl Default for LimitsConfig {
             max_topics: 10_000,
             max_groups: 10_000,
             max_inflight_per_queue: 100_000,
+            max_inflight_per_group: 1_000_000,
             max_response_bytes: 16 << 20,
             max_inflight_sends: 1024,
             max_queued_sends: 10_000,
@@ -92,6 +97,7 @@ impl LimitsConfig {
             ("max_topics", self.max_topics),
             ("max_groups", self.max_groups),
             ("max_inflight_per_queue", self.max_inflight_per_queue),
+            ("max_inflight_per_group", self.max_inflight_per_group),
             ("max_response_bytes", self.max_response_bytes),
             ("max_inflight_sends", self.max_inflight_sends),
             ("max_queued_sends", self.max_queued_sends),

@@ -340,16 +340,23 @@ impl Popper {
     }
 
     fn plan(&self, r: &Receive, group: &GroupConfig, now: u64, visible_at_ms: u64) -> Result<Planned, BrokerError> {
-        let (topic, states) = self.node.sm.with_metadata(|m| {
+        let (topic, states, group_inflight) = self.node.sm.with_metadata(|m| {
             let topic = m.topics.get(&r.topic).cloned();
-            let states: HashMap<u32, QueueState> = m
-                .consumption
-                .get(&r.group)
+            let topics = m.consumption.get(&r.group);
+            let states: HashMap<u32, QueueState> = topics
                 .and_then(|t| t.get(&r.topic))
                 .map(|q| q.iter().map(|(k, v)| (*k, v.clone())).collect())
                 .unwrap_or_default();
-            (topic, states)
+            // One count per queue the group has state in (bounded by the
+            // group's queue bound), not per message.
+            let group_inflight: usize = topics.map_or(0, |t| {
+                t.values().flat_map(|q| q.values()).map(|s| s.inflight.len()).sum()
+            });
+            (topic, states, group_inflight)
         });
+        // Fresh deliveries the group may still take (redeliveries are in
+        // flight already).
+        let mut group_room = self.limits.max_inflight_per_group.saturating_sub(group_inflight);
         let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
         let queues = topic.read_queues.max(1);
         let mut planned = Planned {
@@ -404,12 +411,18 @@ impl Popper {
                 }
             }
             // A FIFO queue with anything in flight delivers nothing new, and
-            // no queue more new messages than its in-flight bound leaves room for.
+            // no queue more new messages than its in-flight bound, and the
+            // group's, leave room for.
             let blocked = group.fifo && (waiting || state.is_some_and(|s| !s.inflight.is_empty()));
             let inflight = state.map_or(0, |s| s.inflight.len());
-            let cap = self.limits.max_inflight_per_queue.saturating_sub(inflight);
+            let cap = self
+                .limits
+                .max_inflight_per_queue
+                .saturating_sub(inflight)
+                .min(group_room);
             if !blocked && room.messages > 0 && cap > 0 {
                 plan.fresh = self.fresh(r, queue_id, state, &mut room, cap)?;
+                group_room -= plan.fresh.as_ref().map_or(0, |f| f.offsets.len());
             }
             if !plan.redeliver.is_empty() || plan.fresh.is_some() {
                 planned.plans.push(plan);
