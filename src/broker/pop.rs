@@ -112,6 +112,50 @@ pub struct GroupDefaults {
 }
 
 /// What a plan found, besides the plan.
+/// Due deliveries one plan looks at per queue: a receive redelivers at
+/// most [`MAX_BATCH`], and dead-letters what it finds past its last
+/// attempt; more wait for the next receive.
+const DUE_PER_PLAN: usize = 4 * MAX_BATCH;
+
+/// What planning needs of one queue's state, read under the state lock
+/// without copying its in-flight map (up to `max_inflight_per_queue`
+/// entries, which a copy per receive would hold applying up for).
+struct QueueView {
+    /// The pop frontier.
+    next: u64,
+    /// Deliveries in flight.
+    inflight: usize,
+    /// Due deliveries, by offset: (offset, attempts so far, handle). In a
+    /// FIFO queue only those before the first one still invisible.
+    due: Vec<(u64, u32, u64)>,
+    /// When the earliest invisible delivery becomes visible (in a FIFO
+    /// queue, the first).
+    next_visible_ms: Option<u64>,
+}
+
+impl QueueView {
+    fn of(s: &QueueState, now: u64, fifo: bool) -> QueueView {
+        let mut v = QueueView {
+            next: s.next,
+            inflight: s.inflight.len(),
+            due: Vec::new(),
+            next_visible_ms: None,
+        };
+        for (&offset, f) in &s.inflight {
+            if f.visible_at_ms > now {
+                v.next_visible_ms = Some(v.next_visible_ms.map_or(f.visible_at_ms, |t| t.min(f.visible_at_ms)));
+                if fifo {
+                    // In order: nothing after an invisible message.
+                    break;
+                }
+            } else if v.due.len() < DUE_PER_PLAN {
+                v.due.push((offset, f.attempt, f.handle));
+            }
+        }
+        v
+    }
+}
+
 struct Planned {
     plans: Vec<PopPlan>,
     /// Due in-flight messages past their last attempt: (queue, offset, handle).
@@ -340,19 +384,19 @@ impl Popper {
     }
 
     fn plan(&self, r: &Receive, group: &GroupConfig, now: u64, visible_at_ms: u64) -> Result<Planned, BrokerError> {
-        let (topic, states, group_inflight) = self.node.sm.with_metadata(|m| {
+        let (topic, views, group_inflight) = self.node.sm.with_metadata(|m| {
             let topic = m.topics.get(&r.topic).cloned();
             let topics = m.consumption.get(&r.group);
-            let states: HashMap<u32, QueueState> = topics
+            let views: HashMap<u32, QueueView> = topics
                 .and_then(|t| t.get(&r.topic))
-                .map(|q| q.iter().map(|(k, v)| (*k, v.clone())).collect())
+                .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group.fifo))).collect())
                 .unwrap_or_default();
             // One count per queue the group has state in (bounded by the
             // group's queue bound), not per message.
             let group_inflight: usize = topics.map_or(0, |t| {
                 t.values().flat_map(|q| q.values()).map(|s| s.inflight.len()).sum()
             });
-            (topic, states, group_inflight)
+            (topic, views, group_inflight)
         });
         // Fresh deliveries the group may still take (redeliveries are in
         // flight already).
@@ -373,7 +417,7 @@ impl Popper {
                 break;
             }
             let queue_id = (r.first_queue % queues + i) % queues;
-            let state = states.get(&queue_id);
+            let view = views.get(&queue_id);
             let mut plan = PopPlan {
                 group: r.group.clone(),
                 topic: r.topic.clone(),
@@ -382,30 +426,23 @@ impl Popper {
                 redeliver: Vec::new(),
                 fresh: None,
             };
-            let mut waiting = false;
-            if let Some(s) = state {
-                for (offset, f) in &s.inflight {
-                    if f.visible_at_ms > now {
-                        waiting = true;
-                        let t = planned.next_visible_ms.get_or_insert(f.visible_at_ms);
-                        *t = (*t).min(f.visible_at_ms);
-                        if group.fifo {
-                            // In order: nothing after an invisible message.
-                            break;
-                        }
-                        continue;
-                    }
-                    if f.attempt >= group.max_delivery_attempts {
-                        planned.dead.push((queue_id, *offset, f.handle));
+            if let Some(v) = view {
+                if let Some(t) = v.next_visible_ms {
+                    let next = planned.next_visible_ms.get_or_insert(t);
+                    *next = (*next).min(t);
+                }
+                for &(offset, attempt, handle) in &v.due {
+                    if attempt >= group.max_delivery_attempts {
+                        planned.dead.push((queue_id, offset, handle));
                     } else {
                         let size = self
                             .node
                             .store
                             .queue(&r.topic, queue_id)
-                            .and_then(|cq| cq.get(*offset).ok())
+                            .and_then(|cq| cq.get(offset).ok())
                             .map_or(0, |u| u.size as usize);
                         if room.take(size) {
-                            plan.redeliver.push((*offset, f.handle));
+                            plan.redeliver.push((offset, handle));
                         }
                     }
                 }
@@ -413,15 +450,15 @@ impl Popper {
             // A FIFO queue with anything in flight delivers nothing new, and
             // no queue more new messages than its in-flight bound, and the
             // group's, leave room for.
-            let blocked = group.fifo && (waiting || state.is_some_and(|s| !s.inflight.is_empty()));
-            let inflight = state.map_or(0, |s| s.inflight.len());
+            let inflight = view.map_or(0, |v| v.inflight);
+            let blocked = group.fifo && inflight > 0;
             let cap = self
                 .limits
                 .max_inflight_per_queue
                 .saturating_sub(inflight)
                 .min(group_room);
             if !blocked && room.messages > 0 && cap > 0 {
-                plan.fresh = self.fresh(r, queue_id, state, &mut room, cap)?;
+                plan.fresh = self.fresh(r, queue_id, view.map(|v| v.next), &mut room, cap)?;
                 group_room -= plan.fresh.as_ref().map_or(0, |f| f.offsets.len());
             }
             if !plan.redeliver.is_empty() || plan.fresh.is_some() {
@@ -431,13 +468,14 @@ impl Popper {
         Ok(planned)
     }
 
-    /// Fresh offsets of one queue that pass the filter, as many as `room`
-    /// takes and at most `cap`.
+    /// Fresh offsets of one queue from its pop frontier `next` (none yet:
+    /// its oldest message) that pass the filter, as many as `room` takes
+    /// and at most `cap`.
     fn fresh(
         &self,
         r: &Receive,
         queue_id: u32,
-        state: Option<&QueueState>,
+        next: Option<u64>,
         room: &mut Room,
         cap: usize,
     ) -> Result<Option<FreshRange>, BrokerError> {
@@ -446,7 +484,7 @@ impl Popper {
         };
         // A new group starts at the oldest message still kept; retention may
         // have deleted what lies between the frontier and that.
-        let from = state.map_or(cq.min_offset(), |s| s.next);
+        let from = next.unwrap_or(cq.min_offset());
         let mut to = from.max(cq.min_offset());
         let end = cq.max_offset().min(to.saturating_add(MAX_SCAN));
         let mut offsets = Vec::new();
