@@ -357,11 +357,24 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
     assert_eq!((s, other.len()), (Code::Ok, 3), "max_inflight_per_group = 8");
     let (s, none) = receive_as(&mut v, "c-2", receive_req("G1", "T2", 32, 0)).await;
     assert_eq!((s, none.len()), (Code::MessageNotFound, 0));
+    // A receive waiting on T2 finds the room acks on T make (its wake-ups
+    // follow T2 only: it looks again every second while the group is full).
+    // A receive also looks once more at its deadline: the wait is long, and
+    // the answer must come well before it.
+    let mut waiter = v.clone();
+    let waiting =
+        tokio::spawn(async move { receive_as(&mut waiter, "c-2", receive_req("G1", "T2", 32, 15_000)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let handles: Vec<String> = more.iter().map(receipt_of).collect();
+    let acked_at = std::time::Instant::now();
     v.ack_message(with_id(ack_req("G1", "T", &handles), "c-2"))
         .await
         .unwrap();
-    let (s, rest) = receive_as(&mut v, "c-2", receive_req("G1", "T2", 32, 0)).await;
+    let (s, rest) = waiting.await.unwrap();
+    assert!(
+        acked_at.elapsed() < Duration::from_secs(8),
+        "the waiting receive saw the room only at its deadline"
+    );
     assert_eq!(
         (s, rest.len()),
         (Code::Ok, 2),
@@ -571,7 +584,6 @@ async fn sends_past_the_in_flight_bound_are_refused_whole_and_store_nothing() {
     let mut c = Cluster::start_with(dir.path(), 3, "sync", "[limits]\nmax_inflight_sends = 2\n");
     let leader = c.leader().await;
     c.create_topic("T", 1, "").await;
-    c.create_topic("T2", 1, "").await;
     let v = client(&c, leader).await;
     let body = vec![b'x'; 256 << 10];
     let one = |i: u64| {

@@ -111,11 +111,18 @@ pub struct GroupDefaults {
     pub max_delivery_attempts: u32,
 }
 
-/// What a plan found, besides the plan.
-/// Due deliveries one plan looks at per queue: a receive redelivers at
-/// most [`MAX_BATCH`], and dead-letters what it finds past its last
-/// attempt; more wait for the next receive.
-const DUE_PER_PLAN: usize = 4 * MAX_BATCH;
+/// Due deliveries one plan takes per queue, of each kind: redeliveries (a
+/// receive answers at most [`MAX_BATCH`]) and those past their last attempt
+/// (dead-lettered by this receive). Further ones wait for the next receive;
+/// separate caps so that dead letters failing to move cannot hold up
+/// redeliveries behind them.
+const REDELIVER_PER_PLAN: usize = MAX_BATCH;
+const DEAD_PER_PLAN: usize = 4 * MAX_BATCH;
+
+/// While a consumer group is at `limits.max_inflight_per_group`, how soon a
+/// waiting receive plans again: acks on the group's other topics, which
+/// make room, do not wake it.
+const GROUP_FULL_RECHECK_MS: u64 = 1000;
 
 /// What planning needs of one queue's state, read under the state lock
 /// without copying its in-flight map (up to `max_inflight_per_queue`
@@ -125,42 +132,54 @@ struct QueueView {
     next: u64,
     /// Deliveries in flight.
     inflight: usize,
-    /// Due deliveries, by offset: (offset, attempts so far, handle). In a
-    /// FIFO queue only those before the first one still invisible.
-    due: Vec<(u64, u32, u64)>,
+    /// Due deliveries by offset, (offset, handle), at most
+    /// [`REDELIVER_PER_PLAN`]; in a FIFO queue only those before the first
+    /// one still invisible.
+    redeliver: Vec<(u64, u64)>,
+    /// Due deliveries past their last attempt, the same way, at most
+    /// [`DEAD_PER_PLAN`].
+    dead: Vec<(u64, u64)>,
     /// When the earliest invisible delivery becomes visible (in a FIFO
     /// queue, the first).
     next_visible_ms: Option<u64>,
 }
 
 impl QueueView {
-    fn of(s: &QueueState, now: u64, fifo: bool) -> QueueView {
+    fn of(s: &QueueState, now: u64, group: &GroupConfig) -> QueueView {
         let mut v = QueueView {
             next: s.next,
             inflight: s.inflight.len(),
-            due: Vec::new(),
+            redeliver: Vec::new(),
+            dead: Vec::new(),
             next_visible_ms: None,
         };
         for (&offset, f) in &s.inflight {
             if f.visible_at_ms > now {
                 v.next_visible_ms = Some(v.next_visible_ms.map_or(f.visible_at_ms, |t| t.min(f.visible_at_ms)));
-                if fifo {
+                if group.fifo {
                     // In order: nothing after an invisible message.
                     break;
                 }
-            } else if v.due.len() < DUE_PER_PLAN {
-                v.due.push((offset, f.attempt, f.handle));
+            } else if f.attempt >= group.max_delivery_attempts {
+                if v.dead.len() < DEAD_PER_PLAN {
+                    v.dead.push((offset, f.handle));
+                }
+            } else if v.redeliver.len() < REDELIVER_PER_PLAN {
+                v.redeliver.push((offset, f.handle));
             }
         }
         v
     }
 }
 
+/// What a plan found, besides the plan.
 struct Planned {
     plans: Vec<PopPlan>,
     /// Due in-flight messages past their last attempt: (queue, offset, handle).
     dead: Vec<(u32, u64, u64)>,
-    /// Earliest time an in-flight message becomes visible (ms).
+    /// When planning again may find more (ms): the earliest time an
+    /// in-flight message becomes visible, or a recheck while the group is
+    /// at its in-flight bound.
     next_visible_ms: Option<u64>,
 }
 
@@ -389,10 +408,10 @@ impl Popper {
             let topics = m.consumption.get(&r.group);
             let views: HashMap<u32, QueueView> = topics
                 .and_then(|t| t.get(&r.topic))
-                .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group.fifo))).collect())
+                .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group))).collect())
                 .unwrap_or_default();
-            // One count per queue the group has state in (bounded by the
-            // group's queue bound), not per message.
+            // One count per queue the group has state in (at most the
+            // broker group's queue bound, 900,000), not per message.
             let group_inflight: usize = topics.map_or(0, |t| {
                 t.values().flat_map(|q| q.values()).map(|s| s.inflight.len()).sum()
             });
@@ -431,19 +450,21 @@ impl Popper {
                     let next = planned.next_visible_ms.get_or_insert(t);
                     *next = (*next).min(t);
                 }
-                for &(offset, attempt, handle) in &v.due {
-                    if attempt >= group.max_delivery_attempts {
-                        planned.dead.push((queue_id, offset, handle));
-                    } else {
-                        let size = self
-                            .node
-                            .store
-                            .queue(&r.topic, queue_id)
-                            .and_then(|cq| cq.get(offset).ok())
-                            .map_or(0, |u| u.size as usize);
-                        if room.take(size) {
-                            plan.redeliver.push((offset, handle));
-                        }
+                planned
+                    .dead
+                    .extend(v.dead.iter().map(|&(offset, handle)| (queue_id, offset, handle)));
+                for &(offset, handle) in &v.redeliver {
+                    let size = self
+                        .node
+                        .store
+                        .queue(&r.topic, queue_id)
+                        .and_then(|cq| cq.get(offset).ok())
+                        .map_or(0, |u| u.size as usize);
+                    if room.take(size) {
+                        plan.redeliver.push((offset, handle));
+                    } else if group.fifo {
+                        // In order: not a later message before this one.
+                        break;
                     }
                 }
             }
@@ -460,6 +481,10 @@ impl Popper {
             if !blocked && room.messages > 0 && cap > 0 {
                 plan.fresh = self.fresh(r, queue_id, view.map(|v| v.next), &mut room, cap)?;
                 group_room -= plan.fresh.as_ref().map_or(0, |f| f.offsets.len());
+            } else if !blocked && group_room == 0 {
+                let recheck = now.saturating_add(GROUP_FULL_RECHECK_MS);
+                let next = planned.next_visible_ms.get_or_insert(recheck);
+                *next = (*next).min(recheck);
             }
             if !plan.redeliver.is_empty() || plan.fresh.is_some() {
                 planned.plans.push(plan);
