@@ -66,8 +66,8 @@ impl RunningBroker {
         // connection: room for many, not for unbounded.
         let limits = &broker.cfg.limits;
         let router = raftmq_raft::serve::builder(limits.max_streams_per_connection)
-            .add_service(crate::grpc::admin_access::AdminGate::new(
-                BrokerService::new(broker.clone()),
+            .add_service(crate::grpc::send_gate::SendGate::new(
+                crate::grpc::admin_access::AdminGate::new(BrokerService::new(broker.clone()), broker.clone()),
                 broker.clone(),
             ))
             .add_service(crate::grpc::send_gate::SendGate::new(

@@ -621,5 +621,40 @@ async fn sends_past_the_in_flight_bound_are_refused_whole_and_store_nothing() {
         .unwrap()
         .into_inner();
     assert_eq!(read.messages.len(), acked.len(), "a refused send was stored");
+
+    // raftmq's own v1 Send, the same way: refused with RESOURCE_EXHAUSTED.
+    let first = acked.len() as u64;
+    let one_v1 = |i: u64| {
+        let mut admin = admin.clone();
+        let body = body.clone();
+        async move {
+            let r = admin
+                .send(pb::SendRequest {
+                    topic: "T".into(),
+                    queue_id: 0,
+                    messages: vec![pb::Message {
+                        body: body.into(),
+                        ..common::message(i)
+                    }],
+                })
+                .await;
+            (i, r)
+        }
+    };
+    let answers = futures::future::join_all((first..first + 64).map(one_v1)).await;
+    let mut refused = 0;
+    for (i, r) in answers {
+        match r {
+            Ok(r) => {
+                acked.insert((0, r.into_inner().first_queue_offset), i);
+            }
+            Err(e) if e.code() == tonic::Code::ResourceExhausted => refused += 1,
+            Err(e) => panic!("v1 send {i}: {e:?}"),
+        }
+    }
+    eprintln!("v1: {} let in, {refused} refused", acked.len() as u64 - first);
+    assert!(refused > 0, "64 v1 sends at once, 2 places: some must be refused");
+    let offsets: Vec<u64> = acked.keys().map(|(_, o)| *o).collect();
+    assert_eq!(offsets, (0..acked.len() as u64).collect::<Vec<_>>());
     still_whole(&mut c, &mut acked, "sends past the in-flight bound").await;
 }

@@ -2,10 +2,11 @@
 //! refused (`limits.max_inflight_sends`); a refusal that first decodes the
 //! request, checks it and builds a full answer costs about what a send
 //! does, so admitted sends wait behind refusals and throughput collapses.
-//! This gate sits in front of `apache.rocketmq.v2.MessagingService`: a
-//! `SendMessage` that arrives while every place is taken is answered at
-//! once with a pre-encoded `TOO_MANY_REQUESTS` response, its body read past
-//! but never decoded. The gate only looks: the place itself is taken by the
+//! This gate sits in front of `apache.rocketmq.v2.MessagingService` and of
+//! `raftmq.v1.Broker`: a `SendMessage` (or v1 `Send`) that arrives while
+//! every place is taken is answered at once (v2: a pre-encoded
+//! `TOO_MANY_REQUESTS` response; v1: gRPC `RESOURCE_EXHAUSTED`, as its
+//! handler would), its body read past but never decoded. The gate only looks: the place itself is taken by the
 //! handler after the body is in and the caller checked, as before, so a
 //! client that sends headers and no body holds nothing.
 //!
@@ -32,8 +33,9 @@ use tonic::server::NamedService;
 use crate::broker::Broker;
 use crate::proto::rocketmq::v2;
 
-/// The path of the call the gate watches.
+/// The paths of the calls the gate watches.
 const SEND_PATH: &str = "/apache.rocketmq.v2.MessagingService/SendMessage";
+const V1_SEND_PATH: &str = "/raftmq.v1.Broker/Send";
 
 #[derive(Clone)]
 pub struct SendGate<S> {
@@ -117,19 +119,26 @@ where
         // Only a look: the place itself is taken by the handler once the
         // body is in and the caller checked (taking it here would let a
         // client that sends headers and never a body hold every place).
-        if req.uri().path() == SEND_PATH
+        let path = req.uri().path();
+        let v2_send = path == SEND_PATH;
+        if (v2_send || path == V1_SEND_PATH)
             && let Err(e) = self.broker.send_room()
         {
-            let started = std::time::Instant::now();
-            let status = e.v2_status();
-            // A forwarded send was counted where the client sent it.
-            if !req.headers().contains_key(crate::grpc::FORWARDED) {
-                let code = v2::Code::try_from(status.code).map_or("UNKNOWN", |c| c.as_str_name());
-                self.broker.metrics.rpc("SendMessage", code, started);
-            }
+            let answer = if v2_send {
+                let started = std::time::Instant::now();
+                let status = e.v2_status();
+                // A forwarded send was counted where the client sent it.
+                if !req.headers().contains_key(crate::grpc::FORWARDED) {
+                    let code = v2::Code::try_from(status.code).map_or("UNKNOWN", |c| c.as_str_name());
+                    self.broker.metrics.rpc("SendMessage", code, started);
+                }
+                refusal(status)
+            } else {
+                tonic::Status::from(e).into_http()
+            };
             return Box::pin(async move {
                 drain(req.into_body()).await;
-                Ok(refusal(status))
+                Ok(answer)
             });
         }
         Box::pin(self.inner.call(req))
