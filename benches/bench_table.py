@@ -32,3 +32,17 @@ def line(row, system, reports, row_width):
     return (f"{row:<{row_width}} {system:<7} {cell([r['msgs_per_s'] for r in reports], '{:.0f}'):<28} "
             f"{cell([r['p50_ms'] for r in reports], '{:.2f}'):<22} "
             f"{cell([r['p99_ms'] for r in reports], '{:.2f}'):<22} {sum(r['errors'] for r in reports)}")
+
+
+def first_errors(rows):
+    """Each (row, system) whose runs had errors, with the first error one
+    of them printed: a row of errors measures nothing, and must say why."""
+    out = []
+    for row, systems in rows.items():
+        for system, reports in systems.items():
+            errs = [r for r in reports if r.get("errors")]
+            if errs:
+                out.append(f"{row} {system}: {sum(r['errors'] for r in errs)} errors; "
+                           f"first: {next((r.get('first_error') for r in errs if r.get('first_error')), '?')}")
+    return out
+

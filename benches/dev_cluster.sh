@@ -2,7 +2,7 @@
 # port "$base" in a fresh directory "$dir", stops it and removes the
 # directory on exit, and waits (60 s at most) for its dev.json.
 dir=$(mktemp -d)
-"$bin" dev --dir "$dir" --base-port "$base" >/dev/null 2>"$dir/dev.err" &
+"$bin" dev --dir "$dir" --base-port "$base" --node-config "$(dirname "${BASH_SOURCE[0]}")/bench-node.toml" >/dev/null 2>"$dir/dev.err" &
 dev=$!
 trap 'kill -INT $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done

@@ -39,7 +39,7 @@ trap 'stop_dev; rm -rf "$DIR"' EXIT
 start_dev() {
   local t0
   t0=$(date +%s.%N)
-  "$BIN" dev --dir "$DIR" --base-port "$P" >>"$DIR/dev.out" 2>&1 &
+  "$BIN" dev --dir "$DIR" --base-port "$P" --node-config "$(dirname "$0")/bench-node.toml" >>"$DIR/dev.out" 2>&1 &
   DEV=$!
   for _ in $(seq 1 1200); do
     [ -f "$DIR/dev.json" ] && break

@@ -36,7 +36,7 @@ start_dev() {
   shift
   dir=$(mktemp -d)
   dirs+=("$dir")
-  "$bin" dev --dir "$dir" --base-port "$base" "$@" >/dev/null 2>"$dir/dev.err" &
+  "$bin" dev --dir "$dir" --base-port "$base" --node-config benches/bench-node.toml "$@" >/dev/null 2>"$dir/dev.err" &
   pids+=($!)
   for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done
   [ -f "$dir/dev.json" ] || { echo "raftmq dev did not start: $(tail -3 "$dir/dev.err")" >&2; exit 1; }

@@ -128,7 +128,7 @@ run_raftmq() {
 }
 for flush in async sync; do
   dir=$(mktemp -d)
-  "$bin" dev --dir "$dir" --base-port "$base" --flush "$flush" >/dev/null 2>"$dir/dev.err" &
+  "$bin" dev --dir "$dir" --base-port "$base" --flush "$flush" --node-config benches/bench-node.toml >/dev/null 2>"$dir/dev.err" &
   dev=$!
   cleanup_pids+=($dev)
   for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done
@@ -152,7 +152,7 @@ done
 
 PYTHONPATH=benches python3 - "$results" <<'PY'
 import sys
-from bench_table import header, line, load, median
+from bench_table import first_errors, header, line, load, median
 
 rows = load(sys.argv[1])
 print(header(11))
@@ -170,4 +170,6 @@ for row in ["c=64-async", "c=1-async", "c=64-sync", "c=16-batch100", "c=64-no-op
 sends, noop = rows.get("c=64-async", {}).get("raftmq"), rows.get("c=64-no-op", {}).get("no-op")
 if sends and noop:
     print(f"raftmq c=64 sends / no-op calls at c=64: {median(sends, 'msgs_per_s') / median(noop, 'msgs_per_s'):.2f}")
+for e in first_errors(rows):
+    print(f"errors: {e}")
 PY
