@@ -658,3 +658,72 @@ async fn sends_past_the_in_flight_bound_are_refused_whole_and_store_nothing() {
     assert_eq!(offsets, (0..acked.len() as u64).collect::<Vec<_>>());
     still_whole(&mut c, &mut acked, "sends past the in-flight bound").await;
 }
+
+/// A v1 `SendRequest` whose topic is raw bytes: invalid UTF-8 there fails
+/// decoding, which only the handler's side does, so the answer tells the
+/// gate's refusal (`RESOURCE_EXHAUSTED`, the body never decoded) from the
+/// handler's (a decode error).
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawSend {
+    #[prost(bytes = "vec", tag = "1")]
+    topic: Vec<u8>,
+}
+
+async fn raw_v1_send(channel: Channel) -> tonic::Status {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let codec = tonic_prost::ProstCodec::<RawSend, pb::SendResponse>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/raftmq.v1.Broker/Send");
+    let request = tonic::Request::new(RawSend {
+        topic: vec![0xff, 0xfe],
+    });
+    grpc.unary(request, path, codec).await.unwrap_err()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_v1_send_past_the_bound_is_refused_before_its_body_is_decoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "sync", "[limits]\nmax_inflight_sends = 2\n");
+    let leader = c.leader().await;
+    c.create_topic("T", 1, "").await;
+    let s = raw_v1_send(c.channel(leader).await).await;
+    assert_ne!(
+        s.code(),
+        tonic::Code::ResourceExhausted,
+        "places free: decoded, and refused for it: {s:?}"
+    );
+
+    // Two sends that cannot commit (both followers are gone, and a leader
+    // waits out its write timeout) hold both places.
+    let followers: Vec<u64> = (1..=3).filter(|&i| i != leader).collect();
+    for &f in &followers {
+        c.kill(f);
+    }
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut client = c.client(leader).await;
+        held.push(tokio::spawn(async move {
+            client
+                .send(pb::SendRequest {
+                    topic: "T".into(),
+                    queue_id: 0,
+                    messages: vec![common::message(i)],
+                })
+                .await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let s = raw_v1_send(c.channel(leader).await).await;
+    assert_eq!(
+        s.code(),
+        tonic::Code::ResourceExhausted,
+        "the gate refuses before decoding: {s:?}"
+    );
+    for &f in &followers {
+        c.spawn(f);
+    }
+    for h in held {
+        let _ = h.await;
+    }
+    c.check_alive();
+}

@@ -10,11 +10,17 @@
 //! handler after the body is in and the caller checked, as before, so a
 //! client that sends headers and no body holds nothing.
 //!
-//! Wire layout of the answer: HTTP 200, `content-type: application/grpc`,
+//! The gate looks before the ACL checks: under overload a caller without
+//! credentials is told the broker is busy rather than that it is unknown,
+//! and its body is read past (bounded in bytes and time) unchecked. Telling
+//! it more would cost the signature check the gate exists to skip.
+//!
+//! Wire layout of the v2 answer: HTTP 200, `content-type: application/grpc`,
 //! one gRPC message (a 0 byte for "not compressed", the length as 4 bytes
 //! big-endian, the protobuf `SendMessageResponse`), then trailers with
 //! `grpc-status: 0` (the refusal is in the v2 status, as the handler's own
-//! refusals are).
+//! refusals are). The v1 answer is tonic's trailers-only status: HTTP 200
+//! with `grpc-status: 8` and `grpc-message` in its headers, no body.
 
 use std::convert::Infallible;
 use std::future::Future;
