@@ -91,6 +91,14 @@ async fn start_group(dir: &std::path::Path, flush: FlushMode) -> Vec<RunningBrok
             store: StoreConfig {
                 flush_mode: flush,
                 segment_size: 256 << 20,
+                // The host's disk use must not decide a benchmark (as
+                // benches/bench-node.toml for the scripts).
+                retention: raftmq_store::RetentionConfig {
+                    disk_warn_ratio: 1.0,
+                    disk_force_ratio: 1.0,
+                    disk_refuse_ratio: 1.0,
+                    ..Default::default()
+                },
                 ..StoreConfig::default()
             },
         };
