@@ -13,6 +13,10 @@
 #   c=16 batch   raftmq alone: 100 messages per SendMessage, 16 senders
 #   c=64 no-op   the ceiling: `raftmq bench ping` (a no-op call with a
 #                1 KiB body on the same port), and c=64 sends' share of it
+# Then each raftmq node's resident memory, heap (RssAnon) apart from mapped
+# files (RssFile, page cache of the segments), after the c=64 rows and again
+# after every async row (well over a million messages): the heap must not
+# grow with the messages stored.
 # raftmq is driven through the endpoint list of all three nodes, as the
 # official clients use it. The ratio line is raftmq / NATS for msgs/s and
 # NATS / raftmq for p50 and p99, so above 1 is better either way. In the
@@ -53,11 +57,12 @@ bin=target/release/raftmq
 publisher=target/nats-publisher/release/nats-publisher
 
 results=$(mktemp)
+memlog=$(mktemp)
 cleanup_pids=()
 cleanup() {
   for p in "${cleanup_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -f "$results"
+  rm -f "$results" "$memlog"
 }
 trap cleanup EXIT
 
@@ -126,6 +131,17 @@ run_raftmq() {
     echo "raftmq $row $r" >>"$results"
   done
 }
+# One line into $memlog: a label, the messages acked so far in this
+# cluster's life, then each node's RssAnon and RssFile in MiB.
+sample_mem() {
+  local acked pid
+  acked=$(python3 -c "import json,sys;print(sum(json.loads(l.split(' ',2)[2])['ok'] for l in open(sys.argv[1]) if l.startswith('raftmq ')))" "$results")
+  local line="$1 $acked"
+  for pid in $(python3 -c "import json,sys;print(' '.join(str(n['pid']) for n in json.load(open(sys.argv[1]))['nodes']))" "$dir/dev.json"); do
+    line="$line $(awk '$1 == "RssAnon:" { a = $2 } $1 == "RssFile:" { f = $2 } END { printf "%d/%d", a / 1024, f / 1024 }' "/proc/$pid/status")"
+  done
+  echo "$line" >>"$memlog"
+}
 for flush in async sync; do
   dir=$(mktemp -d)
   "$bin" dev --dir "$dir" --base-port "$base" --flush "$flush" --node-config benches/bench-node.toml >/dev/null 2>"$dir/dev.err" &
@@ -136,12 +152,14 @@ for flush in async sync; do
   sleep 2
   if [ "$flush" = async ]; then
     run_raftmq "c=64-async" 64
+    sample_mem "after-c=64"
     run_raftmq "c=1-async" 1
     run_raftmq "c=16-batch100" 16 --batch 100
     for _ in $(seq 1 "$runs"); do
       r=$("$bin" bench ping --endpoint "$endpoints" --concurrency 64 --duration "${duration}s" --size 1024 --json)
       echo "no-op c=64-no-op $r" >>"$results"
     done
+    sample_mem "after-all-async"
   else
     run_raftmq "c=64-sync" 64
   fi
@@ -150,7 +168,7 @@ for flush in async sync; do
   rm -rf "$dir"
 done
 
-PYTHONPATH=benches python3 - "$results" <<'PY'
+PYTHONPATH=benches python3 - "$results" "$memlog" <<'PY'
 import sys
 from bench_table import first_errors, header, line, load, median
 
@@ -172,4 +190,9 @@ if sends and noop:
     print(f"raftmq c=64 sends / no-op calls at c=64: {median(sends, 'msgs_per_s') / median(noop, 'msgs_per_s'):.2f}")
 for e in first_errors(rows):
     print(f"errors: {e}")
+print()
+print("raftmq resident memory per node, MiB: heap (RssAnon) / mapped files (RssFile)")
+for l in open(sys.argv[2]):
+    label, acked, *nodes = l.split()
+    print(f"{label:<16} {int(acked):>10} msgs acked   " + "   ".join(f"node{i + 1} {n}" for i, n in enumerate(nodes)))
 PY
