@@ -727,3 +727,44 @@ async fn a_v1_send_past_the_bound_is_refused_before_its_body_is_decoded() {
     }
     c.check_alive();
 }
+
+/// Deliveries in flight are bounded over all consumer groups too (each is
+/// in every snapshot a follower must install): with `max_inflight_total =
+/// 6`, one group's six leave another none until acks make room, and a new
+/// leader, whose counts were kept by applying the same entries, bounds the
+/// same.
+#[tokio::test(flavor = "multi_thread")]
+async fn deliveries_in_flight_are_bounded_over_all_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "async", "[limits]\nmax_inflight_total = 6\n");
+    let leader = c.leader().await;
+    c.create_topic("T", 1, "").await;
+    let mut v = client(&c, leader).await;
+    for i in 0..10 {
+        let r = send(&mut v, vec![msg("T", &format!("total-{i}"), b"x")]).await;
+        assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    }
+    let (s, a) = receive_as(&mut v, "c-1", receive_req("A", "T", 32, 0)).await;
+    assert_eq!((s, a.len()), (Code::Ok, 6), "max_inflight_total = 6");
+    let (s, b) = receive_as(&mut v, "c-1", receive_req("B", "T", 32, 0)).await;
+    assert_eq!(
+        (s, b.len()),
+        (Code::MessageNotFound, 0),
+        "the groups together are at the bound"
+    );
+    let handles: Vec<String> = a[..4].iter().map(receipt_of).collect();
+    v.ack_message(with_id(ack_req("A", "T", &handles), "c-1"))
+        .await
+        .unwrap();
+
+    c.kill(leader);
+    let next = c.leader().await;
+    assert_ne!(next, leader);
+    let mut v = client(&c, next).await;
+    let (s, b) = receive_as(&mut v, "c-1", receive_req("B", "T", 32, 0)).await;
+    assert_eq!((s, b.len()), (Code::Ok, 4), "A's acks made room for four");
+    let (s, none) = receive_as(&mut v, "c-1", receive_req("A", "T", 32, 0)).await;
+    assert_eq!((s, none.len()), (Code::MessageNotFound, 0), "full again");
+    c.spawn(leader);
+    c.check_alive();
+}

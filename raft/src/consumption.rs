@@ -20,8 +20,13 @@
 //! redelivery's current handle); an item that no longer matches when applied
 //! (a concurrent plan or a new leader got there first) is skipped, not
 //! applied twice.
+//!
+//! [`InFlightCounts`] keeps, beside this state, how many deliveries are in
+//! flight per group and in all: every change goes through this module's
+//! `apply_*` and `remove_*` functions, which keep the counts, so that
+//! receive planning can bound them without walking every queue.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +87,60 @@ pub struct InFlight {
 /// Consumption state: group -> topic -> queue id.
 pub type Consumption = BTreeMap<String, BTreeMap<String, BTreeMap<u32, QueueState>>>;
 
+/// Deliveries in flight, per consumer group and over all groups. Derived
+/// from a [`Consumption`] and never stored: counted anew whenever the state
+/// is replaced (a snapshot loaded or installed), then kept by every change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InFlightCounts {
+    total: usize,
+    /// Groups with none in flight are left out.
+    groups: HashMap<String, usize>,
+}
+
+impl InFlightCounts {
+    /// Counts `c` (one look per queue state, not per message).
+    pub fn of(c: &Consumption) -> InFlightCounts {
+        let mut counts = InFlightCounts::default();
+        for (group, topics) in c {
+            let n = topics.values().map(topic_inflight).sum();
+            counts.moved(group, 0, n);
+        }
+        counts
+    }
+
+    /// In flight over every group.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// In flight for `group`, over all its topics and queues.
+    pub fn group(&self, group: &str) -> usize {
+        self.groups.get(group).copied().unwrap_or(0)
+    }
+
+    /// `group` had `before` in flight in some of its queues, and now has
+    /// `after` there.
+    fn moved(&mut self, group: &str, before: usize, after: usize) {
+        if before == after {
+            return;
+        }
+        let now = self.group(group).saturating_sub(before).saturating_add(after);
+        self.total = self.total.saturating_sub(before).saturating_add(after);
+        if now == 0 {
+            self.groups.remove(group);
+        } else if let Some(n) = self.groups.get_mut(group) {
+            *n = now;
+        } else {
+            self.groups.insert(group.to_string(), now);
+        }
+    }
+}
+
+/// In flight in one topic's queues (of one group).
+fn topic_inflight(queues: &BTreeMap<u32, QueueState>) -> usize {
+    queues.values().map(|q| q.inflight.len()).sum()
+}
+
 /// What a receive takes from one queue, planned by the leader.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PopPlan {
@@ -121,9 +180,9 @@ pub struct Popped {
 }
 
 /// Applies a pop planned by the leader. `handle` is the entry's log index.
-pub fn apply_pop(c: &mut Consumption, p: PopPlan, handle: u64) -> Popped {
+pub fn apply_pop(c: &mut Consumption, counts: &mut InFlightCounts, p: PopPlan, handle: u64) -> Popped {
     let mut delivered = Vec::new();
-    let queues = c.entry(p.group).or_default().entry(p.topic).or_default();
+    let queues = c.entry(p.group.clone()).or_default().entry(p.topic).or_default();
     let q = match (queues.get_mut(&p.queue_id), &p.fresh) {
         (Some(q), _) => q,
         // A queue's state starts with its first fresh delivery.
@@ -133,6 +192,7 @@ pub fn apply_pop(c: &mut Consumption, p: PopPlan, handle: u64) -> Popped {
         }),
         (None, None) => return Popped { handle, delivered },
     };
+    let before = q.inflight.len();
     q.changes = q.changes.wrapping_add(1);
     for (offset, expected) in p.redeliver {
         if let Some(f) = q.inflight.get_mut(&offset)
@@ -162,16 +222,23 @@ pub fn apply_pop(c: &mut Consumption, p: PopPlan, handle: u64) -> Popped {
             delivered.push((o, 1));
         }
     }
+    counts.moved(&p.group, before, q.inflight.len());
     Popped { handle, delivered }
 }
 
 /// Acknowledges deliveries; one result per receipt (false: the receipt is
 /// stale or the message was never in flight).
-pub fn apply_ack(c: &mut Consumption, group: &str, topic: &str, receipts: &[Receipt]) -> Vec<bool> {
+pub fn apply_ack(
+    c: &mut Consumption,
+    counts: &mut InFlightCounts,
+    group: &str,
+    topic: &str,
+    receipts: &[Receipt],
+) -> Vec<bool> {
     let Some(queues) = c.get_mut(group).and_then(|t| t.get_mut(topic)) else {
         return vec![false; receipts.len()];
     };
-    receipts
+    let acked: Vec<bool> = receipts
         .iter()
         .map(|r| {
             let Some(q) = queues.get_mut(&r.queue_id) else {
@@ -186,7 +253,12 @@ pub fn apply_ack(c: &mut Consumption, group: &str, topic: &str, receipts: &[Rece
                 _ => false,
             }
         })
-        .collect()
+        .collect();
+    // Each `true` removed one delivery (a receipt repeated in the same ack
+    // finds it gone).
+    let removed = acked.iter().filter(|a| **a).count();
+    counts.moved(group, removed, 0);
+    acked
 }
 
 /// Moves a delivery's invisibility deadline; the delivery gets `handle` (the
@@ -212,7 +284,14 @@ pub fn apply_change_invisible(
 
 /// Sets a group's position in a queue (offset resets): everything in flight
 /// is dropped and delivery continues at `offset`.
-pub fn apply_reset(c: &mut Consumption, group: &str, topic: &str, queue_id: u32, offset: u64) {
+pub fn apply_reset(
+    c: &mut Consumption,
+    counts: &mut InFlightCounts,
+    group: &str,
+    topic: &str,
+    queue_id: u32,
+    offset: u64,
+) {
     let q = c
         .entry(group.to_string())
         .or_default()
@@ -221,8 +300,26 @@ pub fn apply_reset(c: &mut Consumption, group: &str, topic: &str, queue_id: u32,
         .entry(queue_id)
         .or_default();
     q.next = offset;
+    counts.moved(group, q.inflight.len(), 0);
     q.inflight.clear();
     q.changes = q.changes.wrapping_add(1);
+}
+
+/// Drops every group's state of a deleted topic.
+pub fn remove_topic(c: &mut Consumption, counts: &mut InFlightCounts, topic: &str) {
+    for (group, topics) in c.iter_mut() {
+        if let Some(queues) = topics.remove(topic) {
+            counts.moved(group, topic_inflight(&queues), 0);
+        }
+    }
+}
+
+/// Drops a deleted group's state.
+pub fn remove_group(c: &mut Consumption, counts: &mut InFlightCounts, group: &str) {
+    if c.remove(group).is_some() {
+        let n = counts.group(group);
+        counts.moved(group, n, 0);
+    }
 }
 
 #[cfg(test)]
@@ -247,40 +344,157 @@ mod tests {
     #[test]
     fn pop_ack_redeliver() {
         let mut c = Consumption::new();
+        let mut n = InFlightCounts::default();
         // Offsets 5..9, of which 6 did not match the filter.
-        let p = apply_pop(&mut c, plan(vec![], Some((5, 9, vec![5, 7, 8])), 100), 10);
+        let p = apply_pop(&mut c, &mut n, plan(vec![], Some((5, 9, vec![5, 7, 8])), 100), 10);
         assert_eq!(p.delivered, vec![(5, 1), (7, 1), (8, 1)]);
         assert_eq!((queue(&c).next, queue(&c).done_below()), (9, 5));
         // A plan made from a stale frontier is skipped.
-        let p = apply_pop(&mut c, plan(vec![], Some((5, 9, vec![5])), 100), 11);
+        let p = apply_pop(&mut c, &mut n, plan(vec![], Some((5, 9, vec![5])), 100), 11);
         assert!(p.delivered.is_empty());
         let r = |offset, handle| Receipt {
             queue_id: 0,
             offset,
             handle,
         };
-        assert_eq!(apply_ack(&mut c, "G", "T", &[r(5, 10), r(7, 99)]), vec![true, false]);
+        assert_eq!(
+            apply_ack(&mut c, &mut n, "G", "T", &[r(5, 10), r(7, 99)]),
+            vec![true, false]
+        );
         assert_eq!(queue(&c).done_below(), 7);
         // Redelivery of 7 gives a new handle; the old receipt is then stale.
-        let p = apply_pop(&mut c, plan(vec![(7, 10), (8, 3)], None, 200), 12);
+        let p = apply_pop(&mut c, &mut n, plan(vec![(7, 10), (8, 3)], None, 200), 12);
         assert_eq!(p.delivered, vec![(7, 2)]);
-        assert_eq!(apply_ack(&mut c, "G", "T", &[r(7, 10)]), vec![false]);
+        assert_eq!(apply_ack(&mut c, &mut n, "G", "T", &[r(7, 10)]), vec![false]);
         assert_eq!(apply_change_invisible(&mut c, "G", "T", &r(7, 12), 300, 13), Some(13));
         assert_eq!(apply_change_invisible(&mut c, "G", "T", &r(7, 12), 300, 14), None);
         assert_eq!(queue(&c).inflight[&7].visible_at_ms, 300);
-        assert_eq!(apply_ack(&mut c, "G", "T", &[r(7, 13), r(8, 10)]), vec![true, true]);
+        assert_eq!(
+            apply_ack(&mut c, &mut n, "G", "T", &[r(7, 13), r(8, 10)]),
+            vec![true, true]
+        );
         assert_eq!(queue(&c).done_below(), 9);
         // Unknown groups and queues are stale receipts, not errors.
-        assert_eq!(apply_ack(&mut c, "X", "T", &[r(1, 1)]), vec![false]);
-        apply_reset(&mut c, "G", "T", 0, 2);
+        assert_eq!(apply_ack(&mut c, &mut n, "X", "T", &[r(1, 1)]), vec![false]);
+        apply_reset(&mut c, &mut n, "G", "T", 0, 2);
         assert_eq!(queue(&c).done_below(), 2);
+    }
+
+    #[test]
+    fn counts_follow_every_change() {
+        let mut c = Consumption::new();
+        let mut n = InFlightCounts::default();
+        let pop = |g: &str, t: &str, q: u32, from: u64, to: u64| PopPlan {
+            group: g.into(),
+            topic: t.into(),
+            queue_id: q,
+            visible_at_ms: 100,
+            redeliver: vec![],
+            fresh: Some(FreshRange {
+                from,
+                to,
+                offsets: (from..to).collect(),
+            }),
+        };
+        apply_pop(&mut c, &mut n, pop("G", "T", 0, 0, 5), 1);
+        apply_pop(&mut c, &mut n, pop("G", "T", 1, 0, 3), 2);
+        apply_pop(&mut c, &mut n, pop("G", "U", 0, 0, 2), 3);
+        apply_pop(&mut c, &mut n, pop("H", "T", 0, 0, 4), 4);
+        // A stale plan (its frontier moved on) adds nothing.
+        apply_pop(&mut c, &mut n, pop("H", "T", 0, 0, 4), 5);
+        assert_eq!((n.group("G"), n.group("H"), n.total()), (10, 4, 14));
+        assert_eq!(n, InFlightCounts::of(&c));
+        let r = |queue_id, offset, handle| Receipt {
+            queue_id,
+            offset,
+            handle,
+        };
+        // The same receipt twice, and a stale one, remove one delivery.
+        apply_ack(&mut c, &mut n, "G", "T", &[r(0, 0, 1), r(0, 0, 1), r(0, 1, 9)]);
+        assert_eq!((n.group("G"), n.total()), (9, 13));
+        apply_reset(&mut c, &mut n, "G", "T", 1, 3);
+        assert_eq!((n.group("G"), n.total()), (6, 10));
+        remove_topic(&mut c, &mut n, "U");
+        assert_eq!((n.group("G"), n.total()), (4, 8));
+        remove_group(&mut c, &mut n, "H");
+        assert_eq!((n.group("H"), n.total()), (0, 4));
+        assert_eq!(n, InFlightCounts::of(&c));
+        remove_group(&mut c, &mut n, "G");
+        assert_eq!(n, InFlightCounts::default());
     }
 
     #[test]
     fn fresh_offsets_outside_the_range_are_refused() {
         let mut c = Consumption::new();
-        let p = apply_pop(&mut c, plan(vec![], Some((0, 2, vec![0, 5])), 1), 1);
+        let mut n = InFlightCounts::default();
+        let p = apply_pop(&mut c, &mut n, plan(vec![], Some((0, 2, vec![0, 5])), 1), 1);
         assert!(p.delivered.is_empty());
         assert_eq!(queue(&c).next, 0);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Pop(u8, u8, u32, u8, Vec<(u64, u64)>),
+        Ack(u8, u8, Vec<(u32, u64, u64)>),
+        Reset(u8, u8, u32, u64),
+        RemoveTopic(u8),
+        RemoveGroup(u8),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let pairs = proptest::collection::vec((0..12u64, 0..12u64), 0..4);
+        prop_oneof![
+            (0..2u8, 0..2u8, 0..2u32, 0..6u8, pairs).prop_map(|(g, t, q, k, r)| Op::Pop(g, t, q, k, r)),
+            (
+                0..2u8,
+                0..2u8,
+                proptest::collection::vec((0..2u32, 0..12u64, 0..12u64), 0..5)
+            )
+                .prop_map(|(g, t, r)| Op::Ack(g, t, r)),
+            (0..2u8, 0..2u8, 0..2u32, 0..12u64).prop_map(|(g, t, q, o)| Op::Reset(g, t, q, o)),
+            (0..2u8).prop_map(Op::RemoveTopic),
+            (0..2u8).prop_map(Op::RemoveGroup),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the changes, the kept counts are what counting anew gives.
+        #[test]
+        fn counts_match_a_recount(ops in proptest::collection::vec(op(), 0..40)) {
+            let mut c = Consumption::new();
+            let mut n = InFlightCounts::default();
+            let name = |p: &str, i: u8| format!("{p}{i}");
+            for (index, op) in ops.into_iter().enumerate() {
+                let index = index as u64 + 1;
+                match op {
+                    Op::Pop(g, t, q, k, redeliver) => {
+                        let from = c.get(&name("G", g)).and_then(|x| x.get(&name("T", t)))
+                            .and_then(|x| x.get(&q)).map_or(0, |s| s.next);
+                        let to = from + u64::from(k);
+                        let plan = PopPlan {
+                            group: name("G", g),
+                            topic: name("T", t),
+                            queue_id: q,
+                            visible_at_ms: index,
+                            redeliver,
+                            // Repeated offsets, as a plan could hold.
+                            fresh: Some(FreshRange { from, to, offsets: (from..to).chain(from..to).collect() }),
+                        };
+                        apply_pop(&mut c, &mut n, plan, index);
+                    }
+                    Op::Ack(g, t, rs) => {
+                        let rs: Vec<Receipt> = rs.into_iter()
+                            .map(|(queue_id, offset, handle)| Receipt { queue_id, offset, handle })
+                            .collect();
+                        apply_ack(&mut c, &mut n, &name("G", g), &name("T", t), &rs);
+                    }
+                    Op::Reset(g, t, q, o) => apply_reset(&mut c, &mut n, &name("G", g), &name("T", t), q, o),
+                    Op::RemoveTopic(t) => remove_topic(&mut c, &mut n, &name("T", t)),
+                    Op::RemoveGroup(g) => remove_group(&mut c, &mut n, &name("G", g)),
+                }
+                proptest::prop_assert_eq!(&n, &InFlightCounts::of(&c));
+            }
+        }
     }
 }

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::command::{AdminCommand, BatchOutcome, BatchView, Decoded, Response, TopicConfig};
-use crate::consumption::{self, Consumption, GroupConfig};
+use crate::consumption::{self, Consumption, GroupConfig, InFlightCounts};
 use crate::error::io_err;
 use crate::held::{self, Held, HeldId};
 use crate::log_store::LogStore;
@@ -100,6 +100,9 @@ struct State {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     metadata: Metadata,
+    /// Deliveries in flight in `metadata.consumption`, counted: set with it,
+    /// kept by [`apply_admin`].
+    inflight: InFlightCounts,
     /// The guard of the guarded send at this index was applied with this
     /// outcome, and its messages may be half dispatched: a retry (after
     /// running out of space) must reuse the outcome, not apply the guard
@@ -145,6 +148,7 @@ impl StateMachine {
             finish_interrupted_install(&log, &content)?;
             state.last_applied = content.meta.last_log_id;
             state.membership = content.meta.last_membership;
+            state.inflight = InFlightCounts::of(&content.metadata.consumption);
             state.metadata = content.metadata;
         }
         let applied = state.last_applied.map_or(0, |l| l.index);
@@ -178,6 +182,13 @@ impl StateMachine {
     /// short: applying waits for it).
     pub fn with_metadata<R>(&self, f: impl FnOnce(&Metadata) -> R) -> R {
         f(&read_state(&self.inner.state).metadata)
+    }
+
+    /// As [`StateMachine::with_metadata`], with the deliveries in flight
+    /// counted (per group and in all).
+    pub fn with_metadata_and_inflight<R>(&self, f: impl FnOnce(&Metadata, &InFlightCounts) -> R) -> R {
+        let st = read_state(&self.inner.state);
+        f(&st.metadata, &st.inflight)
     }
 
     /// Whether producers may send to the group ([`AdminCommand::SetWritable`]).
@@ -220,7 +231,9 @@ impl StateMachine {
                 end > store.dispatched_offset(),
             )
         });
-        let mut st = write_state(&inner.state);
+        let mut locked = write_state(&inner.state);
+        // One borrow of the state, so that its fields can be borrowed apart.
+        let st = &mut *locked;
         let resp = match &entry.payload {
             Payload::Blank => Response::Done,
             Payload::Membership(m) => {
@@ -238,7 +251,7 @@ impl StateMachine {
                     {
                         store.queues().delete_topic(name).map_err(io_err)?;
                     }
-                    apply_admin(&mut st.metadata, a, entry.log_id.index)
+                    apply_admin(&mut st.metadata, &mut st.inflight, a, entry.log_id.index)
                 }
                 Ok(Decoded::Send(batches)) => {
                     let Some((payload_phys, _, redo)) = record else {
@@ -266,7 +279,7 @@ impl StateMachine {
                         Some((index, ok)) if index == entry.log_id.index => ok,
                         _ => {
                             let ok = refused.is_none()
-                                && match apply_admin(&mut st.metadata, guard, entry.log_id.index) {
+                                && match apply_admin(&mut st.metadata, &mut st.inflight, guard, entry.log_id.index) {
                                     Response::Acked(acks) => acks.iter().all(|a| *a),
                                     Response::Done => true,
                                     _ => false,
@@ -385,6 +398,7 @@ impl StateMachine {
             st.last_applied = Some(last);
             st.membership = meta.last_membership.clone();
             st.metadata = content.metadata.clone();
+            st.inflight = InFlightCounts::of(&st.metadata.consumption);
         }
         self.inner.applied.send_replace(last.index);
         tracing::info!(last = %last, next_phys = content.next_phys, kept_log = local_has_it, "installed snapshot");
@@ -447,7 +461,7 @@ fn finish_interrupted_install(log: &LogStore, content: &SnapshotContent) -> io::
 
 /// Applies a metadata change; `index` is the entry's log index (the handle
 /// of the deliveries a pop or change makes).
-fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
+fn apply_admin(md: &mut Metadata, inflight: &mut InFlightCounts, a: AdminCommand, index: u64) -> Response {
     match a {
         AdminCommand::PutTopic(t) => {
             md.topics.insert(t.name.clone(), t);
@@ -457,9 +471,7 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
             for topics in md.offsets.values_mut() {
                 topics.remove(&name);
             }
-            for topics in md.consumption.values_mut() {
-                topics.remove(&name);
-            }
+            consumption::remove_topic(&mut md.consumption, inflight, &name);
         }
         AdminCommand::PutGroup(g) => {
             md.groups.insert(g.name.clone(), g);
@@ -467,7 +479,7 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
         AdminCommand::DeleteGroup { name } => {
             md.groups.remove(&name);
             md.offsets.remove(&name);
-            md.consumption.remove(&name);
+            consumption::remove_group(&mut md.consumption, inflight, &name);
         }
         AdminCommand::Pop(plans) => {
             if let Some(p) = plans.iter().find(|p| !md.topics.contains_key(&p.topic)) {
@@ -476,7 +488,7 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
             return Response::Popped(
                 plans
                     .into_iter()
-                    .map(|p| consumption::apply_pop(&mut md.consumption, p, index))
+                    .map(|p| consumption::apply_pop(&mut md.consumption, inflight, p, index))
                     .collect(),
             );
         }
@@ -490,7 +502,13 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
             }
         }
         AdminCommand::Ack { group, topic, receipts } => {
-            return Response::Acked(consumption::apply_ack(&mut md.consumption, &group, &topic, &receipts));
+            return Response::Acked(consumption::apply_ack(
+                &mut md.consumption,
+                inflight,
+                &group,
+                &topic,
+                &receipts,
+            ));
         }
         AdminCommand::ChangeInvisible {
             group,
@@ -512,7 +530,7 @@ fn apply_admin(md: &mut Metadata, a: AdminCommand, index: u64) -> Response {
             topic,
             queue_id,
             offset,
-        } => consumption::apply_reset(&mut md.consumption, &group, &topic, queue_id, offset),
+        } => consumption::apply_reset(&mut md.consumption, inflight, &group, &topic, queue_id, offset),
         AdminCommand::ReleaseTimers { keys } => {
             if !md.held.release_timers(&keys) {
                 return Response::Rejected("a timed message is no longer pending".into());

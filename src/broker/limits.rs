@@ -42,6 +42,11 @@ pub struct LimitsConfig {
     /// queues: each is replicated state (and snapshot bytes) until acked,
     /// so a group that never acks cannot grow it without end.
     pub max_inflight_per_group: usize,
+    /// Deliveries in flight over every consumer group of the broker group:
+    /// they are all in each snapshot (about 75 bytes each), which a
+    /// follower must be able to install (at most 256 MiB, the Raft port's
+    /// bound), whatever the number of groups.
+    pub max_inflight_total: usize,
     /// Message bytes one read, query or receive answers with; the answer
     /// stops before the message that would pass it (one message always
     /// fits).
@@ -76,6 +81,7 @@ impl Default for LimitsConfig {
             max_groups: 10_000,
             max_inflight_per_queue: 100_000,
             max_inflight_per_group: 1_000_000,
+            max_inflight_total: 2_000_000,
             max_response_bytes: 16 << 20,
             max_inflight_sends: 1024,
             max_queued_sends: 10_000,
@@ -84,6 +90,11 @@ impl Default for LimitsConfig {
         }
     }
 }
+
+/// The most `max_inflight_total` may be: 3,000,000 deliveries of about 75
+/// snapshot bytes each leave room, in a snapshot of at most 256 MiB, for
+/// topics, queues and the rest.
+const MAX_INFLIGHT_TOTAL: usize = 3_000_000;
 
 impl LimitsConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -98,6 +109,7 @@ impl LimitsConfig {
             ("max_groups", self.max_groups),
             ("max_inflight_per_queue", self.max_inflight_per_queue),
             ("max_inflight_per_group", self.max_inflight_per_group),
+            ("max_inflight_total", self.max_inflight_total),
             ("max_response_bytes", self.max_response_bytes),
             ("max_inflight_sends", self.max_inflight_sends),
             ("max_queued_sends", self.max_queued_sends),
@@ -107,6 +119,12 @@ impl LimitsConfig {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!("limits.{name} must be at least 1")));
             }
+        }
+        if self.max_inflight_total > MAX_INFLIGHT_TOTAL {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_inflight_total must be at most {MAX_INFLIGHT_TOTAL}: more would make \
+                 snapshots a follower cannot install"
+            )));
         }
         // Above the gRPC message limit an answer could not be sent at all.
         if self.max_response_bytes > crate::MAX_MESSAGE_SIZE / 2 {

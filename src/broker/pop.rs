@@ -119,9 +119,9 @@ pub struct GroupDefaults {
 const REDELIVER_PER_PLAN: usize = MAX_BATCH;
 const DEAD_PER_PLAN: usize = 4 * MAX_BATCH;
 
-/// While a consumer group is at `limits.max_inflight_per_group`, how soon a
-/// waiting receive plans again: acks on the group's other topics, which
-/// make room, do not wake it.
+/// While a consumer group is at `limits.max_inflight_per_group` (or all
+/// groups at `max_inflight_total`), how soon a waiting receive plans again:
+/// acks on other topics, which make room, do not wake it.
 const GROUP_FULL_RECHECK_MS: u64 = 1000;
 
 /// What planning needs of one queue's state, read under the state lock
@@ -403,23 +403,23 @@ impl Popper {
     }
 
     fn plan(&self, r: &Receive, group: &GroupConfig, now: u64, visible_at_ms: u64) -> Result<Planned, BrokerError> {
-        let (topic, views, group_inflight) = self.node.sm.with_metadata(|m| {
+        let (topic, views, mut group_room) = self.node.sm.with_metadata_and_inflight(|m, inflight| {
             let topic = m.topics.get(&r.topic).cloned();
-            let topics = m.consumption.get(&r.group);
-            let views: HashMap<u32, QueueView> = topics
+            let views: HashMap<u32, QueueView> = m
+                .consumption
+                .get(&r.group)
                 .and_then(|t| t.get(&r.topic))
                 .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group))).collect())
                 .unwrap_or_default();
-            // One count per queue the group has state in (at most the
-            // broker group's queue bound, 900,000), not per message.
-            let group_inflight: usize = topics.map_or(0, |t| {
-                t.values().flat_map(|q| q.values()).map(|s| s.inflight.len()).sum()
-            });
-            (topic, views, group_inflight)
+            // Fresh deliveries the group may still take, by its bound and
+            // by the broker group's (redeliveries are in flight already).
+            let room = self
+                .limits
+                .max_inflight_per_group
+                .saturating_sub(inflight.group(&r.group))
+                .min(self.limits.max_inflight_total.saturating_sub(inflight.total()));
+            (topic, views, room)
         });
-        // Fresh deliveries the group may still take (redeliveries are in
-        // flight already).
-        let mut group_room = self.limits.max_inflight_per_group.saturating_sub(group_inflight);
         let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
         let queues = topic.read_queues.max(1);
         let mut planned = Planned {
