@@ -465,6 +465,21 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
     for d in futures::future::join_all(digests).await {
         assert!(d.is_some());
     }
+    // More at once than may wait (64) on one connection: every answer is a
+    // digest or that clean refusal, and the node stays whole.
+    let ch = c.channel(leader).await;
+    let calls = (0..150).map(|_| {
+        let mut b = pb::broker_client::BrokerClient::new(ch.clone());
+        async move { b.status(pb::StatusRequest { with_digest: true }).await }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let refused = answers.iter().filter(|a| a.is_err()).count();
+    for e in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+        assert!(e.message().contains("store scans already wait"), "{e}");
+    }
+    assert!(refused < 150, "some digests ran");
+    eprintln!("150 digests at once: {refused} refused");
     still_whole(&mut c, &mut acked, "big answers and digests").await;
 
     // Finding 11: hostile HTTP/2 on the client port closes that connection

@@ -81,6 +81,10 @@ pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
 /// Reads that walk the store (by key or time, queue reads for the CLI)
 /// running at once, off the async workers; more wait their turn.
 const CONCURRENT_SCANS: usize = 4;
+/// Such reads waiting for their turn; one more is refused at once with
+/// `TOO_MANY_REQUESTS`, so callers cannot pile up requests without bound
+/// behind a slow one.
+const SCANS_WAITING: usize = 64;
 /// Most queues over all of a group's topics: a tenth below what a snapshot
 /// may list ([`raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES`], which a
 /// follower checks before installing one), leaving room for the retry and
@@ -107,6 +111,8 @@ pub struct Broker {
     /// when it has `[tls]`.
     pub dialer: Dialer,
     scans: Arc<tokio::sync::Semaphore>,
+    /// Places in line for a scan, running or waiting.
+    scan_line: Arc<tokio::sync::Semaphore>,
     /// Sends in progress at this node (`limits.max_inflight_sends`).
     sends: Arc<tokio::sync::Semaphore>,
     /// Log digests (which read every record) run one at a time.
@@ -145,6 +151,7 @@ impl Broker {
             node,
             peers: Mutex::new(HashMap::new()),
             scans: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS)),
+            scan_line: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS + SCANS_WAITING)),
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
             digests: Arc::new(tokio::sync::Semaphore::new(1)),
             live: runtime_config::LiveConfig::new(cfg.clone()),
@@ -211,22 +218,34 @@ impl Broker {
 
     /// Runs `f`, a read that walks the store, on a blocking thread once one
     /// of the few places for such reads is free (a digest waits for the
-    /// single place for digests first).
+    /// single place for digests first). Refused at once with
+    /// `TOO_MANY_REQUESTS` when [`SCANS_WAITING`] already wait.
     pub async fn scan<T: Send + 'static>(
         self: &Arc<Self>,
         digest: bool,
         f: impl FnOnce(&Broker) -> Result<T, BrokerError> + Send + 'static,
     ) -> Result<T, BrokerError> {
+        let in_line = self.scan_line.clone().try_acquire_owned().map_err(|_| {
+            BrokerError::Refused(
+                Code::TooManyRequests,
+                format!("{SCANS_WAITING} store scans already wait on this node; retry later"),
+            )
+        })?;
         let closed = |_| BrokerError::Unavailable("the node is shutting down".into());
-        let _digest = match digest {
+        let digest = match digest {
             true => Some(self.digests.clone().acquire_owned().await.map_err(closed)?),
             false => None,
         };
-        let _place = self.scans.clone().acquire_owned().await.map_err(closed)?;
+        let place = self.scans.clone().acquire_owned().await.map_err(closed)?;
         let broker = self.clone();
-        tokio::task::spawn_blocking(move || f(&broker))
-            .await
-            .map_err(|e| BrokerError::Internal(format!("a read failed: {e}")))?
+        // The places go with the work: a caller that gives up does not free
+        // them while its scan still runs.
+        tokio::task::spawn_blocking(move || {
+            let _held = (in_line, digest, place);
+            f(&broker)
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(format!("a read failed: {e}")))?
     }
 
     /// How long a request waits for its group to elect a leader: a few
