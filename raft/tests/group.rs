@@ -358,10 +358,44 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
 
     let e = c.vote(to("g", l.id, pb::VoteRequest::default())).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    let e = c
+        .vote(to(
+            "g",
+            l.id,
+            pb::VoteRequest {
+                vote: Some(pb::Vote {
+                    term: u64::MAX,
+                    voted_for: 1,
+                    committed: false,
+                }),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        tonic::Code::InvalidArgument,
+        "a term openraft would overflow: {e}"
+    );
 
-    // An append without a vote, then one with an entry of an unknown kind.
+    // An append without a vote, one with an entry of an unknown kind, one
+    // whose entries do not follow each other (storage would refuse it, and
+    // openraft take that as fatal), and terms near u64::MAX (which openraft
+    // would add one to).
     let vote = Some(pb::Vote {
         term: 1,
+        voted_for: 1,
+        committed: true,
+    });
+    let blank = |term, index| pb::Entry {
+        term,
+        index,
+        kind: raftmq_raft::entry::KIND_BLANK.into(),
+        payload: Default::default(),
+    };
+    let huge = Some(pb::Vote {
+        term: u64::MAX,
         voted_for: 1,
         committed: true,
     });
@@ -375,6 +409,16 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
                 kind: 99,
                 payload: Default::default(),
             }],
+            ..Default::default()
+        },
+        pb::AppendRequest {
+            vote,
+            prev_log_id: Some(pb::LogId { term: 1, index: 1 }),
+            entries: vec![blank(1, 5), blank(1, 9)],
+            ..Default::default()
+        },
+        pb::AppendRequest {
+            vote: huge,
             ..Default::default()
         },
     ] {
