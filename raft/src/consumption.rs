@@ -152,6 +152,19 @@ pub struct PopPlan {
     /// In-flight messages whose time ran out: (offset, the handle they had).
     pub redeliver: Vec<(u64, u64)>,
     pub fresh: Option<FreshRange>,
+    /// The in-flight bounds the leader planned under, enforced again when
+    /// applied: plans for other topics made at the same moment cannot push
+    /// the counts past them. `None` in entries from before the bounds.
+    #[serde(default)]
+    pub bounds: Option<InFlightBounds>,
+}
+
+/// Deliveries in flight a plan may leave, at most: of its group, and over
+/// all groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlightBounds {
+    pub group: u64,
+    pub total: u64,
 }
 
 /// Advances the pop frontier from `from` to `to`, delivering `offsets` (the
@@ -204,11 +217,23 @@ pub fn apply_pop(c: &mut Consumption, counts: &mut InFlightCounts, p: PopPlan, h
             delivered.push((offset, f.attempt));
         }
     }
-    if let Some(f) = p.fresh
+    if let Some(mut f) = p.fresh
         && f.from == q.next
         && f.to >= f.from
         && f.offsets.iter().all(|o| (f.from..f.to).contains(o))
     {
+        if let Some(b) = p.bounds {
+            let room = |bound: u64, n: usize| usize::try_from(bound).unwrap_or(usize::MAX).saturating_sub(n);
+            let room = room(b.group, counts.group(&p.group)).min(room(b.total, counts.total()));
+            f.offsets.sort_unstable();
+            f.offsets.dedup();
+            if f.offsets.len() > room {
+                // Deliver the first `room` only; the frontier stops right
+                // after the last of them (what lies between matched no filter).
+                f.offsets.truncate(room);
+                f.to = f.offsets.last().map_or(f.from, |o| o + 1);
+            }
+        }
         q.next = f.to;
         for o in f.offsets {
             q.inflight.insert(
@@ -334,6 +359,7 @@ mod tests {
             visible_at_ms: at,
             redeliver,
             fresh: fresh.map(|(from, to, offsets)| FreshRange { from, to, offsets }),
+            bounds: None,
         }
     }
 
@@ -395,6 +421,7 @@ mod tests {
                 to,
                 offsets: (from..to).collect(),
             }),
+            bounds: None,
         };
         apply_pop(&mut c, &mut n, pop("G", "T", 0, 0, 5), 1);
         apply_pop(&mut c, &mut n, pop("G", "T", 1, 0, 3), 2);
@@ -430,6 +457,36 @@ mod tests {
         let p = apply_pop(&mut c, &mut n, plan(vec![], Some((0, 2, vec![0, 5])), 1), 1);
         assert!(p.delivered.is_empty());
         assert_eq!(queue(&c).next, 0);
+    }
+
+    #[test]
+    fn applying_keeps_the_bounds_plans_were_made_under() {
+        let mut c = Consumption::new();
+        let mut n = InFlightCounts::default();
+        let pop = |t: &str, from, to, offsets: Vec<u64>| PopPlan {
+            group: "G".into(),
+            topic: t.into(),
+            queue_id: 0,
+            visible_at_ms: 100,
+            redeliver: vec![],
+            fresh: Some(FreshRange { from, to, offsets }),
+            bounds: Some(InFlightBounds { group: 100, total: 6 }),
+        };
+        // Two plans made at the same moment, each with room for 4 of 6.
+        let first = apply_pop(&mut c, &mut n, pop("T", 0, 10, vec![0, 1, 2, 3]), 1);
+        assert_eq!(first.delivered.len(), 4);
+        assert_eq!(c["G"]["T"][&0].next, 10);
+        // The second gets 2 (offsets 1 and 3; 2 matched no filter), and its
+        // queue's frontier stops after them, so 5 and 7 are delivered later.
+        let second = apply_pop(&mut c, &mut n, pop("U", 0, 10, vec![7, 1, 3, 5]), 2);
+        assert_eq!(second.delivered, vec![(1, 1), (3, 1)]);
+        assert_eq!(c["G"]["U"][&0].next, 4);
+        assert_eq!(n.total(), 6);
+        // At the bound nothing fresh is delivered and the frontier stays.
+        let third = apply_pop(&mut c, &mut n, pop("T", 10, 12, vec![10, 11]), 3);
+        assert!(third.delivered.is_empty());
+        assert_eq!(c["G"]["T"][&0].next, 10);
+        assert_eq!(n, InFlightCounts::of(&c));
     }
 
     #[derive(Debug, Clone)]
@@ -480,6 +537,7 @@ mod tests {
                             redeliver,
                             // Repeated offsets, as a plan could hold.
                             fresh: Some(FreshRange { from, to, offsets: (from..to).chain(from..to).collect() }),
+                            bounds: None,
                         };
                         apply_pop(&mut c, &mut n, plan, index);
                     }

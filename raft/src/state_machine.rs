@@ -328,6 +328,9 @@ impl StateMachine {
                 }
                 std::thread::sleep(crate::room::RETRY);
             };
+            // The kept counts are what counting anew gives (tests and the
+            // debug-built jepsen runs check it at every snapshot).
+            debug_assert_eq!(st.inflight, InFlightCounts::of(&st.metadata.consumption));
             SnapshotContent {
                 meta: SnapshotMeta {
                     last_log_id: st.last_applied,

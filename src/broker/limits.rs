@@ -43,9 +43,8 @@ pub struct LimitsConfig {
     /// so a group that never acks cannot grow it without end.
     pub max_inflight_per_group: usize,
     /// Deliveries in flight over every consumer group of the broker group:
-    /// they are all in each snapshot (about 75 bytes each), which a
-    /// follower must be able to install (at most 256 MiB, the Raft port's
-    /// bound), whatever the number of groups.
+    /// they are all in each snapshot (75-81 bytes each), which a follower
+    /// must be able to install (at most 256 MiB, the Raft port's bound).
     pub max_inflight_total: usize,
     /// Message bytes one read, query or receive answers with; the answer
     /// stops before the message that would pass it (one message always
@@ -81,7 +80,7 @@ impl Default for LimitsConfig {
             max_groups: 10_000,
             max_inflight_per_queue: 100_000,
             max_inflight_per_group: 1_000_000,
-            max_inflight_total: 2_000_000,
+            max_inflight_total: 1_000_000,
             max_response_bytes: 16 << 20,
             max_inflight_sends: 1024,
             max_queued_sends: 10_000,
@@ -91,10 +90,11 @@ impl Default for LimitsConfig {
     }
 }
 
-/// The most `max_inflight_total` may be: 3,000,000 deliveries of about 75
-/// snapshot bytes each leave room, in a snapshot of at most 256 MiB, for
-/// topics, queues and the rest.
-const MAX_INFLIGHT_TOTAL: usize = 3_000_000;
+/// The most `max_inflight_total` may be: 2,000,000 deliveries of up to 81
+/// snapshot bytes each (a 12-digit offset, an 11-digit handle) take 162 MB
+/// of a snapshot of at most 256 MiB, leaving the rest for topics, queues
+/// and the other state.
+const MAX_INFLIGHT_TOTAL: usize = 2_000_000;
 
 impl LimitsConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use raftmq_raft::command::{AdminCommand, Response, SendBatch, TopicConfig};
-use raftmq_raft::consumption::{self, FreshRange, GroupConfig, PopPlan, Popped, QueueState, Receipt};
+use raftmq_raft::consumption::{self, FreshRange, GroupConfig, InFlightBounds, PopPlan, Popped, QueueState, Receipt};
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
@@ -421,6 +421,12 @@ impl Popper {
             (topic, views, room)
         });
         let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
+        // Applying enforces them again: plans for the group's other topics
+        // made at the same moment may have taken the room this one counts.
+        let bounds = InFlightBounds {
+            group: self.limits.max_inflight_per_group as u64,
+            total: self.limits.max_inflight_total as u64,
+        };
         let queues = topic.read_queues.max(1);
         let mut planned = Planned {
             plans: Vec::new(),
@@ -444,6 +450,7 @@ impl Popper {
                 visible_at_ms,
                 redeliver: Vec::new(),
                 fresh: None,
+                bounds: Some(bounds),
             };
             if let Some(v) = view {
                 if let Some(t) = v.next_visible_ms {
