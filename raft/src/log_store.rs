@@ -61,6 +61,11 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
+/// Asked for what the entry does not hold (not damage).
+fn absent(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, msg)
+}
+
 struct Inner {
     store: Store,
     index: ConsumeQueue,
@@ -363,7 +368,7 @@ impl LogStore {
             messages
                 .nth(id.ordinal as usize)
                 .map(|v| (v.to_message(), v.store_timestamp_ms))
-                .ok_or_else(|| invalid(format!("entry {} has no message {}", id.index, id.ordinal)))
+                .ok_or_else(|| absent(format!("entry {} has no message {}", id.index, id.ordinal)))
         })
     }
 
@@ -383,10 +388,10 @@ impl LogStore {
     ) -> io::Result<R> {
         let cmd = self
             .command_at(index)?
-            .ok_or_else(|| invalid(format!("entry {index} holds no messages")))?;
+            .ok_or_else(|| absent(format!("entry {index} holds no messages")))?;
         let batches = match cmd.decode().map_err(|e| invalid(e.to_string()))? {
             Decoded::Send(b) | Decoded::GuardedSend(_, b) => b,
-            Decoded::Admin(_) => return Err(invalid(format!("entry {index} holds no messages"))),
+            Decoded::Admin(_) => return Err(absent(format!("entry {index} holds no messages"))),
         };
         f(&mut batches.iter().flat_map(|b| b.messages.iter()).map(|(_, _, v)| v))
     }

@@ -364,7 +364,7 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
             l.id,
             pb::VoteRequest {
                 vote: Some(pb::Vote {
-                    term: u64::MAX,
+                    term: (u64::MAX >> 2) + 1,
                     voted_for: 1,
                     committed: false,
                 }),
@@ -394,33 +394,44 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
         kind: raftmq_raft::entry::KIND_BLANK.into(),
         payload: Default::default(),
     };
+    // The smallest term refused (wire.rs's MAX_TERM + 1): openraft adds
+    // one to terms, and the bound leaves it room.
     let huge = Some(pb::Vote {
-        term: u64::MAX,
+        term: (u64::MAX >> 2) + 1,
         voted_for: 1,
         committed: true,
     });
-    for req in [
-        pb::AppendRequest::default(),
-        pb::AppendRequest {
-            vote,
-            entries: vec![pb::Entry {
-                term: 1,
-                index: 1,
-                kind: 99,
-                payload: Default::default(),
-            }],
-            ..Default::default()
-        },
-        pb::AppendRequest {
-            vote,
-            prev_log_id: Some(pb::LogId { term: 1, index: 1 }),
-            entries: vec![blank(1, 5), blank(1, 9)],
-            ..Default::default()
-        },
-        pb::AppendRequest {
-            vote: huge,
-            ..Default::default()
-        },
+    for (req, says) in [
+        (pb::AppendRequest::default(), ""),
+        (
+            pb::AppendRequest {
+                vote,
+                entries: vec![pb::Entry {
+                    term: 1,
+                    index: 1,
+                    kind: 99,
+                    payload: Default::default(),
+                }],
+                ..Default::default()
+            },
+            "",
+        ),
+        (
+            pb::AppendRequest {
+                vote,
+                prev_log_id: Some(pb::LogId { term: 1, index: 1 }),
+                entries: vec![blank(1, 2), blank(1, 4)],
+                ..Default::default()
+            },
+            "do not follow each other",
+        ),
+        (
+            pb::AppendRequest {
+                vote: huge,
+                ..Default::default()
+            },
+            "",
+        ),
     ] {
         let mut answers = c
             .append(to("g", l.id, futures::stream::iter([req])))
@@ -429,6 +440,7 @@ async fn malformed_raft_rpcs_are_rejected_not_fatal() {
             .into_inner();
         let e = answers.message().await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+        assert!(e.message().contains(says), "{e}");
     }
 
     // Snapshots: data before the header, a huge announced size, a forged meta.

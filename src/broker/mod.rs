@@ -85,6 +85,10 @@ const CONCURRENT_SCANS: usize = 4;
 /// `TOO_MANY_REQUESTS`, so callers cannot pile up requests without bound
 /// behind a slow one.
 const SCANS_WAITING: usize = 64;
+/// Log digests waiting for the one that runs (each reads the whole log);
+/// they have a line of their own, so that they cannot fill the scans' line
+/// and keep every other read waiting behind them.
+const DIGESTS_WAITING: usize = 3;
 /// Most queues over all of a group's topics: a tenth below what a snapshot
 /// may list ([`raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES`], which a
 /// follower checks before installing one), leaving room for the retry and
@@ -117,6 +121,8 @@ pub struct Broker {
     sends: Arc<tokio::sync::Semaphore>,
     /// Log digests (which read every record) run one at a time.
     digests: Arc<tokio::sync::Semaphore>,
+    /// Places in line for a digest, running or waiting.
+    digest_line: Arc<tokio::sync::Semaphore>,
 }
 
 impl Broker {
@@ -154,6 +160,7 @@ impl Broker {
             scan_line: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS + SCANS_WAITING)),
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
             digests: Arc::new(tokio::sync::Semaphore::new(1)),
+            digest_line: Arc::new(tokio::sync::Semaphore::new(1 + DIGESTS_WAITING)),
             live: runtime_config::LiveConfig::new(cfg.clone()),
             dialer: Dialer::new(tls),
             cfg,
@@ -219,16 +226,21 @@ impl Broker {
     /// Runs `f`, a read that walks the store, on a blocking thread once one
     /// of the few places for such reads is free (a digest waits for the
     /// single place for digests first). Refused at once with
-    /// `TOO_MANY_REQUESTS` when [`SCANS_WAITING`] already wait.
+    /// `TOO_MANY_REQUESTS` when [`SCANS_WAITING`] already wait (for a
+    /// digest: [`DIGESTS_WAITING`]).
     pub async fn scan<T: Send + 'static>(
         self: &Arc<Self>,
         digest: bool,
         f: impl FnOnce(&Broker) -> Result<T, BrokerError> + Send + 'static,
     ) -> Result<T, BrokerError> {
-        let in_line = self.scan_line.clone().try_acquire_owned().map_err(|_| {
+        let (line, waiting, what) = match digest {
+            true => (&self.digest_line, DIGESTS_WAITING, "log digests"),
+            false => (&self.scan_line, SCANS_WAITING, "store scans"),
+        };
+        let in_line = line.clone().try_acquire_owned().map_err(|_| {
             BrokerError::Refused(
                 Code::TooManyRequests,
-                format!("{SCANS_WAITING} store scans already wait on this node; retry later"),
+                format!("{waiting} {what} already wait on this node; retry later"),
             )
         })?;
         let closed = |_| BrokerError::Unavailable("the node is shutting down".into());
@@ -245,7 +257,10 @@ impl Broker {
             f(&broker)
         })
         .await
-        .map_err(|e| BrokerError::Internal(format!("a read failed: {e}")))?
+        .map_err(|e| match e.is_cancelled() {
+            true => BrokerError::Unavailable("the node is shutting down".into()),
+            false => BrokerError::Internal(format!("a read failed: {e}")),
+        })?
     }
 
     /// How long a request waits for its group to elect a leader: a few

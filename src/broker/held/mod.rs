@@ -18,6 +18,7 @@ use crate::broker::metrics::{self, TopicLabels};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::proto::pb;
+use crate::proto::rocketmq::v2::Code;
 
 /// How long a call to another node of the group may take.
 pub const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -94,9 +95,19 @@ pub struct Release {
 
 /// Reads a held message from this node's log, with the time it was stored.
 pub fn read_local(node: &RaftNode, id: HeldId) -> Result<(Message, u64), BrokerError> {
-    node.log
-        .read_held(id)
-        .map_err(|e| BrokerError::Internal(format!("held message {}/{}: {e}", id.index, id.ordinal)))
+    node.log.read_held(id).map_err(|e| {
+        let what = format!("held message {}/{}: {e}", id.index, id.ordinal);
+        // An entry this log does not have, or one without that message, is
+        // an answer (the caller may ask another node); anything else a fault.
+        let out_of_range = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<raftmq_store::StoreError>())
+            .is_some_and(|s| matches!(s, raftmq_store::StoreError::OutOfRange { .. }));
+        match e.kind() == std::io::ErrorKind::NotFound || out_of_range {
+            true => BrokerError::Refused(Code::MessageNotFound, what),
+            false => BrokerError::Internal(what),
+        }
+    })
 }
 
 /// Reads a held message from this node's log, or else from another node
