@@ -15,6 +15,7 @@
 //! | [`group_admin`]    | moving a consumer group's offsets (time, offsets, end), deleting it |
 //! | [`held`]           | timed and transactional messages: stored, then released      |
 //! | [`internal_topic`] | topics the broker creates for itself (dead-letter, system)   |
+//! | [`lane`]           | blocking work from requests: so many at once, a bounded line |
 //! | [`read`]           | reads of applied state: a queue, by id, key or store time    |
 //! | [`status`]         | the node's own view of its group                             |
 //! | [`health`]         | whether the node is ready for traffic (`/readyz`)             |
@@ -40,6 +41,7 @@ pub mod health;
 pub mod held;
 pub mod identity;
 pub mod internal_topic;
+pub mod lane;
 pub mod limits;
 pub mod long_polls;
 pub mod metrics;
@@ -79,15 +81,12 @@ use crate::proto::rocketmq::v2::Code;
 /// How long a follower waits for a leader to forward to.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(5);
 /// Reads that walk the store (by key or time, queue reads for the CLI)
-/// running at once, off the async workers; more wait their turn.
+/// running at once, off the async workers, and waiting for their turn.
 const CONCURRENT_SCANS: usize = 4;
-/// Such reads waiting for their turn; one more is refused at once with
-/// `TOO_MANY_REQUESTS`, so callers cannot pile up requests without bound
-/// behind a slow one.
 const SCANS_WAITING: usize = 64;
-/// Log digests waiting for the one that runs (each reads the whole log);
-/// they have a line of their own, so that they cannot fill the scans' line
-/// and keep every other read waiting behind them.
+/// Log digests (each reads the whole log) run one at a time, and 3 wait; in
+/// a lane of their own, so that they cannot fill the scans' line and keep
+/// every other read waiting behind them.
 const DIGESTS_WAITING: usize = 3;
 /// Most queues over all of a group's topics: a tenth below what a snapshot
 /// may list ([`raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES`], which a
@@ -114,15 +113,12 @@ pub struct Broker {
     /// How this node dials peers and NameServers: with its certificate
     /// when it has `[tls]`.
     pub dialer: Dialer,
-    scans: Arc<tokio::sync::Semaphore>,
-    /// Places in line for a scan, running or waiting.
-    scan_line: Arc<tokio::sync::Semaphore>,
+    /// Reads that walk the store ([`Broker::scan`]).
+    scans: lane::Lane,
+    /// Log digests, which also take a place among the scans to run.
+    digests: lane::Lane,
     /// Sends in progress at this node (`limits.max_inflight_sends`).
     sends: Arc<tokio::sync::Semaphore>,
-    /// Log digests (which read every record) run one at a time.
-    digests: Arc<tokio::sync::Semaphore>,
-    /// Places in line for a digest, running or waiting.
-    digest_line: Arc<tokio::sync::Semaphore>,
 }
 
 impl Broker {
@@ -156,11 +152,9 @@ impl Broker {
             metrics,
             node,
             peers: Mutex::new(HashMap::new()),
-            scans: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS)),
-            scan_line: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SCANS + SCANS_WAITING)),
+            scans: lane::Lane::new("store scans", CONCURRENT_SCANS, SCANS_WAITING),
+            digests: lane::Lane::new("log digests", 1, DIGESTS_WAITING),
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
-            digests: Arc::new(tokio::sync::Semaphore::new(1)),
-            digest_line: Arc::new(tokio::sync::Semaphore::new(1 + DIGESTS_WAITING)),
             live: runtime_config::LiveConfig::new(cfg.clone()),
             dialer: Dialer::new(tls),
             cfg,
@@ -233,22 +227,15 @@ impl Broker {
         digest: bool,
         f: impl FnOnce(&Broker) -> Result<T, BrokerError> + Send + 'static,
     ) -> Result<T, BrokerError> {
-        let (line, waiting, what) = match digest {
-            true => (&self.digest_line, DIGESTS_WAITING, "log digests"),
-            false => (&self.scan_line, SCANS_WAITING, "store scans"),
+        let in_line = match digest {
+            true => self.digests.join()?,
+            false => self.scans.join()?,
         };
-        let in_line = line.clone().try_acquire_owned().map_err(|_| {
-            BrokerError::Refused(
-                Code::TooManyRequests,
-                format!("{waiting} {what} already wait on this node; retry later"),
-            )
-        })?;
-        let closed = |_| BrokerError::Unavailable("the node is shutting down".into());
         let digest = match digest {
-            true => Some(self.digests.clone().acquire_owned().await.map_err(closed)?),
+            true => Some(self.digests.turn().await?),
             false => None,
         };
-        let place = self.scans.clone().acquire_owned().await.map_err(closed)?;
+        let place = self.scans.turn().await?;
         let broker = self.clone();
         // The places go with the work: a caller that gives up does not free
         // them while its scan still runs.
