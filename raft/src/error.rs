@@ -43,6 +43,12 @@ impl RaftError {
 }
 
 /// A storage error as the `io::Error` openraft's storage traits return.
+/// Asking for what is not there (an offset or index out of range) is
+/// `NotFound`, so callers can tell it from a fault without looking inside.
 pub(crate) fn io_err(e: raftmq_store::StoreError) -> std::io::Error {
-    std::io::Error::other(e)
+    let kind = match e {
+        raftmq_store::StoreError::OutOfRange { .. } => std::io::ErrorKind::NotFound,
+        _ => std::io::ErrorKind::Other,
+    };
+    std::io::Error::new(kind, e)
 }

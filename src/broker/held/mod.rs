@@ -99,11 +99,7 @@ pub fn read_local(node: &RaftNode, id: HeldId) -> Result<(Message, u64), BrokerE
         let what = format!("held message {}/{}: {e}", id.index, id.ordinal);
         // An entry this log does not have, or one without that message, is
         // an answer (the caller may ask another node); anything else a fault.
-        let out_of_range = e
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<raftmq_store::StoreError>())
-            .is_some_and(|s| matches!(s, raftmq_store::StoreError::OutOfRange { .. }));
-        match e.kind() == std::io::ErrorKind::NotFound || out_of_range {
+        match e.kind() == std::io::ErrorKind::NotFound {
             true => BrokerError::Refused(Code::MessageNotFound, what),
             false => BrokerError::Internal(what),
         }
