@@ -118,6 +118,13 @@ impl InFlightCounts {
         self.groups.get(group).copied().unwrap_or(0)
     }
 
+    /// Fresh deliveries `group` may still take under `bounds` (redeliveries
+    /// are in flight already): the planner's answer, and applying's again.
+    pub fn room(&self, group: &str, bounds: InFlightBounds) -> usize {
+        let left = |bound: u64, n: usize| usize::try_from(bound).unwrap_or(usize::MAX).saturating_sub(n);
+        left(bounds.group, self.group(group)).min(left(bounds.total, self.total))
+    }
+
     /// `group` had `before` in flight in some of its queues, and now has
     /// `after` there.
     fn moved(&mut self, group: &str, before: usize, after: usize) {
@@ -223,8 +230,7 @@ pub fn apply_pop(c: &mut Consumption, counts: &mut InFlightCounts, p: PopPlan, h
         && f.offsets.iter().all(|o| (f.from..f.to).contains(o))
     {
         if let Some(b) = p.bounds {
-            let room = |bound: u64, n: usize| usize::try_from(bound).unwrap_or(usize::MAX).saturating_sub(n);
-            let room = room(b.group, counts.group(&p.group)).min(room(b.total, counts.total()));
+            let room = counts.room(&p.group, b);
             f.offsets.sort_unstable();
             f.offsets.dedup();
             if f.offsets.len() > room {

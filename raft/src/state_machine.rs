@@ -100,8 +100,8 @@ struct State {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     metadata: Metadata,
-    /// Deliveries in flight in `metadata.consumption`, counted: set with it,
-    /// kept by [`apply_admin`].
+    /// Deliveries in flight in `metadata.consumption`, counted: set with it
+    /// ([`State::replace_metadata`]), kept by [`apply_admin`].
     inflight: InFlightCounts,
     /// The guard of the guarded send at this index was applied with this
     /// outcome, and its messages may be half dispatched: a retry (after
@@ -112,6 +112,15 @@ struct State {
     /// waits to be applied again: its queue units, keys or guard may be in
     /// already, so no snapshot may be taken until it is whole.
     half_applied: Option<u64>,
+}
+
+impl State {
+    /// The metadata of a snapshot loaded or installed, with its deliveries
+    /// in flight counted anew.
+    fn replace_metadata(&mut self, metadata: Metadata) {
+        self.inflight = InFlightCounts::of(&metadata.consumption);
+        self.metadata = metadata;
+    }
 }
 
 struct Inner {
@@ -148,8 +157,7 @@ impl StateMachine {
             finish_interrupted_install(&log, &content)?;
             state.last_applied = content.meta.last_log_id;
             state.membership = content.meta.last_membership;
-            state.inflight = InFlightCounts::of(&content.metadata.consumption);
-            state.metadata = content.metadata;
+            state.replace_metadata(content.metadata);
         }
         let applied = state.last_applied.map_or(0, |l| l.index);
         Ok(StateMachine {
@@ -400,8 +408,7 @@ impl StateMachine {
             let mut st = write_state(&self.inner.state);
             st.last_applied = Some(last);
             st.membership = meta.last_membership.clone();
-            st.metadata = content.metadata.clone();
-            st.inflight = InFlightCounts::of(&st.metadata.consumption);
+            st.replace_metadata(content.metadata);
         }
         self.inner.applied.send_replace(last.index);
         tracing::info!(last = %last, next_phys = content.next_phys, kept_log = local_has_it, "installed snapshot");

@@ -403,6 +403,13 @@ impl Popper {
     }
 
     fn plan(&self, r: &Receive, group: &GroupConfig, now: u64, visible_at_ms: u64) -> Result<Planned, BrokerError> {
+        // The in-flight bounds; each plan carries them, and applying it
+        // enforces them again: plans for the group's other topics made at
+        // the same moment may have taken the room this one counts.
+        let bounds = InFlightBounds {
+            group: self.limits.max_inflight_per_group as u64,
+            total: self.limits.max_inflight_total as u64,
+        };
         let (topic, views, mut group_room) = self.node.sm.with_metadata_and_inflight(|m, inflight| {
             let topic = m.topics.get(&r.topic).cloned();
             let views: HashMap<u32, QueueView> = m
@@ -411,22 +418,9 @@ impl Popper {
                 .and_then(|t| t.get(&r.topic))
                 .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group))).collect())
                 .unwrap_or_default();
-            // Fresh deliveries the group may still take, by its bound and
-            // by the broker group's (redeliveries are in flight already).
-            let room = self
-                .limits
-                .max_inflight_per_group
-                .saturating_sub(inflight.group(&r.group))
-                .min(self.limits.max_inflight_total.saturating_sub(inflight.total()));
-            (topic, views, room)
+            (topic, views, inflight.room(&r.group, bounds))
         });
         let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
-        // Applying enforces them again: plans for the group's other topics
-        // made at the same moment may have taken the room this one counts.
-        let bounds = InFlightBounds {
-            group: self.limits.max_inflight_per_group as u64,
-            total: self.limits.max_inflight_total as u64,
-        };
         let queues = topic.read_queues.max(1);
         let mut planned = Planned {
             plans: Vec::new(),
