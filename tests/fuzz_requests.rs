@@ -570,23 +570,9 @@ async fn mutated_requests_to_every_method_get_an_answer_and_harm_nothing() {
     let leader = c.leader().await;
     c.create_topic("T", 2, "").await;
     let mut v = client(&c, leader).await;
-    for i in 0..4 {
-        let r = send(&mut v, vec![msg("T", &format!("seed-{i}"), b"x")]).await;
-        assert_eq!(code(&r.status), Code::Ok, "{r:?}");
-    }
+    send_ok(&mut v, "T", "seed", 4).await;
     // A real receipt handle, for the seeds that carry one.
-    let (s, got) = receive(
-        &mut v,
-        "G",
-        "T",
-        v2::FilterExpression {
-            r#type: v2::FilterType::Tag as i32,
-            expression: "*".into(),
-        },
-        60,
-        1000,
-    )
-    .await;
+    let (s, got) = receive(&mut v, "G", "T", tags("*"), 60, 1000).await;
     assert_eq!(s, Code::Ok);
     let handle = got[0]
         .system_properties
@@ -632,18 +618,7 @@ async fn mutated_requests_to_every_method_get_an_answer_and_harm_nothing() {
     let mut b = c.client(leader).await;
     let offset = send_retrying(&mut b, 0, 99).await;
     let mut v = client(&c, leader).await;
-    let (s, got) = receive(
-        &mut v,
-        "After",
-        "T",
-        v2::FilterExpression {
-            r#type: v2::FilterType::Tag as i32,
-            expression: "*".into(),
-        },
-        60,
-        1000,
-    )
-    .await;
+    let (s, got) = receive(&mut v, "After", "T", tags("*"), 60, 1000).await;
     // A new group starts at the oldest message kept.
     assert_eq!(s, Code::Ok, "a receive after the fuzzing (a send landed at {offset})");
     assert!(!got.is_empty());

@@ -349,10 +349,7 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
     let (s, more) = receive_as(&mut v, "c-2", receive_req("G1", "T", 32, 0)).await;
     assert_eq!((s, more.len()), (Code::Ok, 5), "acks make room");
     // Five in flight on T: another topic's queue gives G1 only three more.
-    for i in 0..6 {
-        let r = send(&mut v, vec![msg("T2", &format!("t2-{i}"), b"z")]).await;
-        assert_eq!(code(&r.status), Code::Ok, "{r:?}");
-    }
+    send_ok(&mut v, "T2", "t2", 6).await;
     let (s, other) = receive_as(&mut v, "c-2", receive_req("G1", "T2", 32, 0)).await;
     assert_eq!((s, other.len()), (Code::Ok, 3), "max_inflight_per_group = 8");
     let (s, none) = receive_as(&mut v, "c-2", receive_req("G1", "T2", 32, 0)).await;
@@ -770,10 +767,7 @@ async fn deliveries_in_flight_are_bounded_over_all_groups() {
     let leader = c.leader().await;
     c.create_topic("T", 1, "").await;
     let mut v = client(&c, leader).await;
-    for i in 0..10 {
-        let r = send(&mut v, vec![msg("T", &format!("total-{i}"), b"x")]).await;
-        assert_eq!(code(&r.status), Code::Ok, "{r:?}");
-    }
+    send_ok(&mut v, "T", "total", 10).await;
     let (s, a) = receive_as(&mut v, "c-1", receive_req("A", "T", 32, 0)).await;
     assert_eq!((s, a.len()), (Code::Ok, 6), "max_inflight_total = 6");
     let (s, b) = receive_as(&mut v, "c-1", receive_req("B", "T", 32, 0)).await;

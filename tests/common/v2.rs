@@ -44,6 +44,15 @@ pub async fn send(c: &mut MessagingServiceClient<Channel>, messages: Vec<v2::Mes
         .into_inner()
 }
 
+/// Sends `n` messages to `topic` one by one (ids `<prefix>-<i>`), each of
+/// which must be stored.
+pub async fn send_ok(c: &mut MessagingServiceClient<Channel>, topic: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let r = send(c, vec![msg(topic, &format!("{prefix}-{i}"), b"x")]).await;
+        assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    }
+}
+
 /// Receives with a short long-poll; returns (status code, messages).
 pub async fn receive(
     c: &mut MessagingServiceClient<Channel>,
