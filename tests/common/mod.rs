@@ -191,8 +191,10 @@ impl Cluster {
         }
     }
 
+    /// A client taking answers as large as the broker sends (the CLI's
+    /// limit): tonic's 4 MiB default would fail reads of big messages.
     pub async fn client(&self, id: u64) -> BrokerClient<Channel> {
-        BrokerClient::new(self.channel(id).await)
+        BrokerClient::new(self.channel(id).await).max_decoding_message_size(raftmq::MAX_MESSAGE_SIZE)
     }
 
     /// A channel to node `id`'s client port, retried for 20 s while the
