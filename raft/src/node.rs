@@ -170,13 +170,13 @@ const MAX_BARRIERS: usize = 4;
 /// Opens the store (recovering it after a crash), the Raft log over it
 /// and the state machine.
 async fn open_storage(cfg: &NodeConfig) -> Result<(Store, LogStore, StateMachine), RaftError> {
+    let raft_dir = cfg.data_dir.join("raft");
     let store = tokio::task::spawn_blocking({
-        let (dir, sc) = (cfg.data_dir.clone(), cfg.store.clone());
-        move || Store::open(&dir, &sc)
+        let (dir, sc, raft_dir) = (cfg.data_dir.clone(), cfg.store.clone(), raft_dir.clone());
+        move || Store::open_above(&dir, &sc, crate::state_machine::durable_dispatch(&raft_dir))
     })
     .await
     .map_err(|e| RaftError::Fatal(e.to_string()))??;
-    let raft_dir = cfg.data_dir.join("raft");
     let log = LogStore::open(store.clone(), &raft_dir)?;
     let sm = StateMachine::open(log.clone(), &raft_dir)?;
     Ok((store, log, sm))

@@ -396,6 +396,9 @@ impl StateMachine {
                     self.apply_entry(e)?;
                 }
             }
+            // The snapshot file names `next_phys` as durable in the indexes
+            // (`durable_dispatch`): make it so before writing it.
+            log.store().flush_indexes().map_err(io_err)?;
             write_snapshot(&self.inner.dir, data)?;
         } else {
             // The snapshot file goes first: it is the record that this
@@ -670,6 +673,22 @@ fn read_snapshot_json(dir: &Path) -> io::Result<Option<Vec<u8>>> {
         Ok(bytes) => Ok(Some(crate::raft_meta::verified(&path, &bytes)?.to_vec())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// The dispatch offset the current snapshot found durable in the indexes
+/// (its `next_phys`; 0 without a snapshot that can be read): the floor
+/// below which [`raftmq_store::Store::open_above`] keeps them even when the
+/// checkpoint was lost. Every snapshot file is written after the indexes
+/// below its `next_phys` were flushed.
+pub fn durable_dispatch(raft_dir: &Path) -> u64 {
+    #[derive(Deserialize)]
+    struct NextPhys {
+        next_phys: u64,
+    }
+    match read_snapshot_json(raft_dir) {
+        Ok(Some(json)) => serde_json::from_slice::<NextPhys>(&json).map_or(0, |s| s.next_phys),
+        _ => 0,
     }
 }
 

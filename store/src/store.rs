@@ -84,6 +84,17 @@ impl Store {
     /// Opens (or creates) the store in `root`, recovering from a crash if the
     /// `abort` marker is there.
     pub fn open(root: &Path, cfg: &StoreConfig) -> Result<Store> {
+        Self::open_above(root, cfg, 0)
+    }
+
+    /// As [`Store::open`], for a caller that knows the indexes were durable
+    /// for every record below `durable_dispatch`: the Raft state machine
+    /// writes a snapshot (which records that offset) only after flushing
+    /// them. The checkpoint says so too, unless it is damaged or lost; then
+    /// recovery would otherwise truncate every index to the log's start,
+    /// and the entries the snapshot covers are never applied again to
+    /// rebuild them: their queues would restart at offset 0.
+    pub fn open_above(root: &Path, cfg: &StoreConfig, durable_dispatch: u64) -> Result<Store> {
         cfg.validate()?;
         fs::create_dir_all(root).at(root)?;
         let dir_lock = lock_dir(root)?;
@@ -94,7 +105,7 @@ impl Store {
         }
         File::create(&abort).and_then(|f| f.sync_all()).at(&abort)?;
         sync_dir(root)?;
-        let opened = Self::open_marked(root, cfg, crashed, dir_lock);
+        let opened = Self::open_marked(root, cfg, crashed, dir_lock, durable_dispatch);
         // A store found clean and refused (damage, a wrong setting) is left
         // as found: not marked crashed for the next reader.
         if opened.is_err() && !crashed {
@@ -105,10 +116,26 @@ impl Store {
     }
 
     /// The rest of [`Store::open`], once the `abort` marker is in place.
-    fn open_marked(root: &Path, cfg: &StoreConfig, crashed: bool, dir_lock: File) -> Result<Store> {
+    fn open_marked(
+        root: &Path,
+        cfg: &StoreConfig,
+        crashed: bool,
+        dir_lock: File,
+        durable_dispatch: u64,
+    ) -> Result<Store> {
         let log = CommitLog::open(root, cfg, crashed)?;
         let checkpoint = log.checkpoint().get();
-        let dispatched = checkpoint.dispatched.clamp(log.min_offset(), log.max_offset());
+        if durable_dispatch > checkpoint.dispatched {
+            tracing::warn!(
+                checkpoint = checkpoint.dispatched,
+                durable = durable_dispatch,
+                "the checkpoint's dispatch mark is below what the last snapshot found durable; keeping the indexes below that"
+            );
+        }
+        let dispatched = checkpoint
+            .dispatched
+            .max(durable_dispatch)
+            .clamp(log.min_offset(), log.max_offset());
         let map = MapOptions::default();
         let queues = QueueTable::open(root, cfg.cq_units_per_file, map, crashed)?;
         // Units past the dispatch mark may be partial; the caller dispatches
