@@ -65,7 +65,7 @@ impl RunningBroker {
         // Clients multiplex long polls (one per assigned queue) on one
         // connection: room for many, not for unbounded.
         let limits = &broker.cfg.limits;
-        let router = raftmq_raft::serve::builder(limits.max_streams_per_connection)
+        let router = raftmq_raft::serve::builder(limits.max_streams_per_connection, limits.keepalive())
             .add_service(crate::grpc::send_gate::SendGate::new(
                 crate::grpc::admin_access::AdminGate::new(BrokerService::new(broker.clone()), broker.clone()),
                 broker.clone(),
@@ -83,6 +83,7 @@ impl RunningBroker {
             raftmq_raft::serve::Capacity {
                 total: limits.max_connections,
                 per_ip: limits.max_connections_per_ip,
+                idle_timeout: std::time::Duration::from_millis(limits.idle_connection_timeout_ms),
             },
             tls.clone().map(|material| raftmq_raft::serve::Tls {
                 material,

@@ -21,7 +21,8 @@
 //! | [`state_machine`] | applies entries: queue offsets, ConsumeQueues, keys, metadata; snapshots |
 //! | [`network`]       | the gRPC client side of the Raft transport                         |
 //! | [`service`]       | the gRPC server side, feeding requests into openraft               |
-//! | [`serve`]         | serving gRPC on a bound listener (TCP_NODELAY, shutdown)           |
+//! | [`serve`]         | serving gRPC on a bound listener: connection places, keepalive, TCP_NODELAY, shutdown |
+//! | [`idle`]          | the calls open on each connection, so an idle one can be closed     |
 //! | [`tls`]           | TLS on every port: certificates that reload, member identities, the dialer |
 //! | [`node`]          | one node: store, log, state machine, Raft, transport, bootstrap     |
 //! | `wire`            | openraft messages <-> protobuf                                      |
@@ -46,6 +47,7 @@ pub mod consumption;
 pub mod entry;
 pub mod error;
 pub mod held;
+pub mod idle;
 pub mod log_store;
 pub mod message;
 pub mod network;

@@ -222,7 +222,7 @@ impl RaftNode {
         let (stop, stopped) = watch::channel(false);
         // A few streams per peer: replication, heartbeats, votes, snapshots;
         // a few connections per peer, with room for reconnects.
-        let router = crate::serve::builder(64).add_service(
+        let router = crate::serve::builder(64, crate::serve::Keepalive::default()).add_service(
             RaftService::new(
                 raft.clone(),
                 &cfg.group,
@@ -245,6 +245,7 @@ impl RaftNode {
             crate::serve::Capacity {
                 total: RAFT_MAX_CONNECTIONS,
                 per_ip: RAFT_MAX_CONNECTIONS_PER_IP,
+                idle_timeout: crate::serve::IDLE_TIMEOUT,
             },
             tls,
         );

@@ -13,14 +13,29 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::transport::server::{Connected, Router};
 
+use crate::idle::{Activity, CountCallsLayer};
 use crate::tls::conn::Conn;
 use crate::tls::{ClientAuth, Material};
 
-/// Pings an idle HTTP/2 connection this often, and drops it when a ping
-/// goes unanswered for [`KEEPALIVE_TIMEOUT`]: a peer that vanished (power
-/// loss, a cut network) does not hold its connection and streams forever.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// HTTP/2 keepalive: an idle connection is pinged every `interval`, and
+/// dropped when a ping goes unanswered for `timeout`, so a peer that
+/// vanished (power loss, a cut network) does not hold its connection and
+/// streams forever. TCP keepalive probes at the same interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl Default for Keepalive {
+    fn default() -> Keepalive {
+        Keepalive {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(20),
+        }
+    }
+}
+
 /// Largest header block a request may carry (h2's default is 16 MiB).
 pub const MAX_HEADER_LIST_SIZE: u32 = 64 << 10;
 /// Streams a peer may reset before the connection is closed (h2's guards
@@ -29,29 +44,40 @@ pub const MAX_HEADER_LIST_SIZE: u32 = 64 << 10;
 pub const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
+/// The tower layers of every raftmq server, as [`builder`] stacks them.
+pub type Layers = tower_layer::Stack<CountCallsLayer, tower_layer::Identity>;
+
 /// A tonic server with the limits every raftmq port keeps: at most
 /// `max_streams` concurrent streams per connection (tonic's default is
-/// unlimited), HTTP/2 and TCP keepalive, a header size bound and the reset
-/// flood guards.
-pub fn builder(max_streams: u32) -> tonic::transport::Server {
+/// unlimited), HTTP/2 and TCP keepalive, a header size bound, the reset
+/// flood guards, and the count of each connection's open calls that its
+/// idle timeout reads ([`crate::idle`]).
+pub fn builder(max_streams: u32, keepalive: Keepalive) -> tonic::transport::Server<Layers> {
     tonic::transport::Server::builder()
         .max_concurrent_streams(max_streams)
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .http2_keepalive_interval(Some(keepalive.interval))
+        .http2_keepalive_timeout(Some(keepalive.timeout))
         .http2_max_header_list_size(Some(MAX_HEADER_LIST_SIZE))
         .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESETS))
         .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
-        .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
+        .tcp_keepalive(Some(keepalive.interval))
+        .layer(CountCallsLayer)
 }
 
-/// How many connections a port holds at once: `total`, and `per_ip` from
-/// any one address, so that one host cannot take every place. One more is
-/// closed as soon as it is accepted.
+/// How a port holds connections: `total` at once, and `per_ip` from any
+/// one address, so that one host cannot take every place (one more is
+/// closed as soon as it is accepted); and for how long one with no call
+/// open keeps its place (`idle_timeout`; RocketMQ's servers close a
+/// channel idle for 120 s). Keepalive pings do not count as use.
 #[derive(Debug, Clone, Copy)]
 pub struct Capacity {
     pub total: usize,
     pub per_ip: usize,
+    pub idle_timeout: Duration,
 }
+
+/// RocketMQ's `serverChannelMaxIdleTimeSeconds`.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// TLS for a port: the material, and which client certificates it asks for.
 #[derive(Clone)]
@@ -68,7 +94,7 @@ pub struct Tls {
 /// Nagle's algorithm with delayed ACKs stalls small messages for 40 ms.
 pub fn spawn(
     listener: TcpListener,
-    router: Router,
+    router: Router<Layers>,
     stop: watch::Receiver<bool>,
     what: &'static str,
     capacity: Capacity,
@@ -88,7 +114,7 @@ pub fn spawn(
 /// so a slow or silent peer delays nobody else's connection.
 pub fn spawn_wrapped<IO, F>(
     listener: TcpListener,
-    router: Router,
+    router: Router<Layers>,
     mut stop: watch::Receiver<bool>,
     what: &'static str,
     capacity: Capacity,
@@ -193,7 +219,8 @@ async fn accept_loop<IO, F>(
         let connect = async move {
             match Conn::accept(s, tls.as_ref().map(|t| (&*t.material, t.auth))).await {
                 Ok(conn) => {
-                    let _ = ready.send(Counted::new(wrap(conn), (permit, slot))).await;
+                    let idle = (conn.activity().clone(), capacity.idle_timeout);
+                    let _ = ready.send(Counted::new(wrap(conn), (permit, slot), idle)).await;
                 }
                 Err(e) => {
                     // Port scanners and plaintext clients: said once in a
@@ -296,23 +323,48 @@ pub const PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
 const PREFACE_LEN: usize = 24;
 
 /// A connection that holds its place among the port's connections until
-/// it closes, and fails its reads if its first [`PREFACE_LEN`] bytes do
-/// not come within [`PREFACE_TIMEOUT`] (hyper then drops it, and the
-/// place with it).
+/// it closes, and fails its reads (hyper then drops it, and the place with
+/// it) if its first [`PREFACE_LEN`] bytes do not come within
+/// [`PREFACE_TIMEOUT`], or once it has had no call open for its idle
+/// timeout.
 struct Counted<IO> {
     inner: IO,
     _places: (OwnedSemaphorePermit, IpSlot),
     /// Until the preface is in: its deadline, and the bytes seen so far.
     preface: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
+    activity: Arc<Activity>,
+    idle_timeout: Duration,
+    /// When to look at `activity` again; a read never touches it, so
+    /// the cost is one timer per idle timeout, not one per read.
+    idle_check: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl<IO> Counted<IO> {
-    fn new(inner: IO, places: (OwnedSemaphorePermit, IpSlot)) -> Counted<IO> {
+    fn new(inner: IO, places: (OwnedSemaphorePermit, IpSlot), idle: (Arc<Activity>, Duration)) -> Counted<IO> {
+        let (activity, idle_timeout) = idle;
         Counted {
             inner,
             _places: places,
             preface: Some((Box::pin(tokio::time::sleep(PREFACE_TIMEOUT)), 0)),
+            activity,
+            idle_timeout,
+            idle_check: Box::pin(tokio::time::sleep(idle_timeout)),
         }
+    }
+
+    /// Whether the connection has been idle too long; else arms the timer
+    /// for the next look (and registers the waker).
+    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        while self.idle_check.as_mut().poll(cx).is_ready() {
+            let now = tokio::time::Instant::now();
+            match self.activity.idle_deadline(self.idle_timeout) {
+                Some(at) if at <= now => return true,
+                Some(at) => self.idle_check.as_mut().reset(at),
+                // In use: a call may last long; look again a timeout later.
+                None => self.idle_check.as_mut().reset(now + self.idle_timeout),
+            }
+        }
+        false
     }
 }
 
@@ -321,6 +373,12 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
         let this = &mut *self;
         let before = buf.filled().len();
         let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if read.is_pending() && this.idle_expired(cx) {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no call on the connection within the idle timeout",
+            )));
+        }
         let Some((deadline, seen)) = &mut this.preface else {
             return read;
         };
@@ -386,7 +444,7 @@ mod tests {
     fn counted(io: tokio::io::DuplexStream) -> Counted<tokio::io::DuplexStream> {
         let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
         let slot = PerIp::new(1).take([127, 0, 0, 1].into()).unwrap();
-        Counted::new(io, (permit, slot))
+        Counted::new(io, (permit, slot), (Activity::new(), IDLE_TIMEOUT))
     }
 
     #[test]
@@ -427,11 +485,47 @@ mod tests {
         tokio::time::sleep(PREFACE_TIMEOUT - Duration::from_millis(1)).await;
         peer.write_all(b"\r\nSM\r\n\r\n").await.unwrap();
         assert_eq!(c.read(&mut buf).await.unwrap(), 8);
-        // Long after: an idle HTTP/2 connection is keepalive's business.
+        // Long after the preface timeout, within the idle timeout.
         let idle = tokio::spawn(async move { c.read(&mut buf).await.map(|_| ()) });
         tokio::time::sleep(PREFACE_TIMEOUT * 3).await;
         assert!(!idle.is_finished());
         drop(peer);
         assert!(idle.await.unwrap().is_ok(), "the peer closed: end of stream, no error");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_closed_when_no_call_was_open_for_the_idle_timeout() {
+        let (mut peer, ours) = tokio::io::duplex(64);
+        let mut c = counted(ours);
+        let activity = c.activity.clone();
+        peer.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(c.read(&mut buf).await.unwrap(), 24);
+        // A call open for longer than the timeout keeps the connection;
+        // bytes alone (keepalive pings) do not.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let call = activity.begin();
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            loop {
+                if let Err(e) = c.read(&mut buf).await {
+                    return e;
+                }
+            }
+        });
+        tokio::time::sleep(IDLE_TIMEOUT * 3).await;
+        peer.write_all(b"ping").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!reader.is_finished(), "a call is open");
+        let ended = tokio::time::Instant::now();
+        drop(call);
+        peer.write_all(b"ping").await.unwrap();
+        let e = reader.await.unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        let waited = ended.elapsed();
+        assert!(
+            waited >= IDLE_TIMEOUT && waited <= IDLE_TIMEOUT + Duration::from_secs(1),
+            "closed {waited:?} after its last call ended"
+        );
     }
 }

@@ -20,6 +20,15 @@ pub struct LimitsConfig {
     /// Concurrent HTTP/2 streams per client connection (a consumer keeps
     /// one long poll per queue it is assigned, all on one connection).
     pub max_streams_per_connection: u32,
+    /// HTTP/2 keepalive on the client port: an idle connection is pinged
+    /// this often, and dropped when a ping goes unanswered this long.
+    pub keepalive_interval_ms: u64,
+    pub keepalive_timeout_ms: u64,
+    /// A client connection with no call open this long is closed (its
+    /// keepalive pings do not count as use); the official clients keep a
+    /// Telemetry stream open, so only abandoned connections meet it.
+    /// RocketMQ's servers close a channel idle for 120 s.
+    pub idle_connection_timeout_ms: u64,
     /// Clients (by client id) a node keeps track of; a new one beyond is
     /// refused with `TOO_MANY_REQUESTS` until others leave or expire.
     pub max_clients: usize,
@@ -73,6 +82,9 @@ impl Default for LimitsConfig {
             max_connections: 4096,
             max_connections_per_ip: 1024,
             max_streams_per_connection: 1024,
+            keepalive_interval_ms: 30_000,
+            keepalive_timeout_ms: 20_000,
+            idle_connection_timeout_ms: 120_000,
             max_clients: 65_536,
             max_long_polls: 16_384,
             max_long_polls_per_client: 1024,
@@ -102,6 +114,9 @@ impl LimitsConfig {
             ("max_connections", self.max_connections),
             ("max_connections_per_ip", self.max_connections_per_ip),
             ("max_streams_per_connection", self.max_streams_per_connection as usize),
+            ("keepalive_interval_ms", self.keepalive_interval_ms as usize),
+            ("keepalive_timeout_ms", self.keepalive_timeout_ms as usize),
+            ("idle_connection_timeout_ms", self.idle_connection_timeout_ms as usize),
             ("max_clients", self.max_clients),
             ("max_long_polls", self.max_long_polls),
             ("max_long_polls_per_client", self.max_long_polls_per_client),
@@ -134,6 +149,14 @@ impl LimitsConfig {
             )));
         }
         Ok(())
+    }
+
+    /// The client port's HTTP/2 keepalive.
+    pub fn keepalive(&self) -> raftmq_raft::serve::Keepalive {
+        raftmq_raft::serve::Keepalive {
+            interval: std::time::Duration::from_millis(self.keepalive_interval_ms),
+            timeout: std::time::Duration::from_millis(self.keepalive_timeout_ms),
+        }
     }
 }
 

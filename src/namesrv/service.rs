@@ -170,7 +170,8 @@ impl RunningNamesrv {
             }
         });
 
-        let router = raftmq_raft::serve::builder(128).add_service(NameServerServer::new(service));
+        let router = raftmq_raft::serve::builder(128, raftmq_raft::serve::Keepalive::default())
+            .add_service(NameServerServer::new(service));
         // Clients and the CLI read routes without a certificate; brokers
         // show theirs (check_caller).
         let tls = tls.map(|material| raftmq_raft::serve::Tls {
@@ -185,6 +186,7 @@ impl RunningNamesrv {
             raftmq_raft::serve::Capacity {
                 total: MAX_CONNECTIONS,
                 per_ip: MAX_CONNECTIONS_PER_IP,
+                idle_timeout: raftmq_raft::serve::IDLE_TIMEOUT,
             },
             tls,
         );

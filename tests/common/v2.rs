@@ -125,3 +125,76 @@ pub async fn commit(
         .into_inner();
     code(&r.status)
 }
+
+/// A request with the client id the official clients put in its metadata.
+pub fn with_id<T>(msg: T, client_id: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut().insert("x-mq-client-id", client_id.parse().unwrap());
+    r
+}
+
+/// A receive of up to `batch` messages of any tag, invisible for 30 s,
+/// waiting up to `wait_ms` for them.
+pub fn receive_req(group: &str, topic: &str, batch: i32, wait_ms: i32) -> v2::ReceiveMessageRequest {
+    v2::ReceiveMessageRequest {
+        group: resource(group),
+        message_queue: Some(v2::MessageQueue {
+            topic: resource(topic),
+            ..Default::default()
+        }),
+        filter_expression: Some(tags("*")),
+        batch_size: batch,
+        invisible_duration: Some(prost_types::Duration { seconds: 30, nanos: 0 }),
+        auto_renew: false,
+        long_polling_timeout: Some(prost_types::Duration {
+            seconds: i64::from(wait_ms / 1000),
+            nanos: (wait_ms % 1000) * 1_000_000,
+        }),
+        attempt_id: None,
+    }
+}
+
+/// A receive with a client id: (status, messages with their receipts).
+pub async fn receive_as(
+    c: &mut MessagingServiceClient<Channel>,
+    client_id: &str,
+    req: v2::ReceiveMessageRequest,
+) -> (Code, Vec<v2::Message>) {
+    let mut stream = c.receive_message(with_id(req, client_id)).await.unwrap().into_inner();
+    let (mut status, mut messages) = (Code::Unspecified, Vec::new());
+    while let Some(r) = stream.message().await.unwrap() {
+        match r.content {
+            Some(v2::receive_message_response::Content::Status(s)) => status = Code::try_from(s.code).unwrap(),
+            Some(v2::receive_message_response::Content::Message(m)) => messages.push(m),
+            _ => {}
+        }
+    }
+    (status, messages)
+}
+
+pub fn receipt_of(m: &v2::Message) -> String {
+    m.system_properties.as_ref().unwrap().receipt_handle.clone().unwrap()
+}
+
+pub fn ack_req(group: &str, topic: &str, handles: &[String]) -> v2::AckMessageRequest {
+    v2::AckMessageRequest {
+        group: resource(group),
+        topic: resource(topic),
+        entries: handles
+            .iter()
+            .map(|h| v2::AckMessageEntry {
+                message_id: String::new(),
+                receipt_handle: h.clone(),
+                lite_topic: None,
+            })
+            .collect(),
+    }
+}
+
+/// A producer's heartbeat (no group).
+pub fn heartbeat() -> v2::HeartbeatRequest {
+    v2::HeartbeatRequest {
+        group: None,
+        client_type: v2::ClientType::Producer as i32,
+    }
+}

@@ -12,6 +12,7 @@ use tonic::transport::server::Connected;
 
 use super::identity::{self, NodeIdentity};
 use super::material::{ClientAuth, Material};
+use crate::idle::Activity;
 
 /// A TLS handshake must finish within this time; a peer that opens a
 /// connection and says nothing holds its connection slot no longer.
@@ -28,6 +29,8 @@ pub struct PeerInfo {
     /// plain connection, without a certificate, or with one naming no
     /// member; an error for a certificate that cannot be read as one.
     node: Arc<Result<Option<NodeIdentity>, String>>,
+    /// The connection's open calls ([`crate::idle`]).
+    activity: Option<Arc<Activity>>,
 }
 
 impl Default for PeerInfo {
@@ -35,6 +38,7 @@ impl Default for PeerInfo {
         PeerInfo {
             remote_addr: None,
             node: Arc::new(Ok(None)),
+            activity: None,
         }
     }
 }
@@ -55,14 +59,24 @@ impl PeerInfo {
         (*self.node).clone()
     }
 
+    /// The connection's open calls, counted by [`crate::idle::CountCallsLayer`].
+    pub fn activity(&self) -> Option<&Arc<Activity>> {
+        self.activity.as_ref()
+    }
+
     /// [`PeerInfo::node`] of a request's connection.
     pub fn node_of<T>(r: &tonic::Request<T>) -> Result<Option<NodeIdentity>, String> {
         PeerInfo::of(r).map_or(Ok(None), PeerInfo::node)
     }
 }
 
-/// One accepted connection.
-pub enum Conn {
+/// One accepted connection, and the calls open on it.
+pub struct Conn {
+    io: Io,
+    activity: Arc<Activity>,
+}
+
+enum Io {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
 }
@@ -72,7 +86,7 @@ impl Conn {
     /// [`HANDSHAKE_TIMEOUT`]), or passes a plain one through.
     pub async fn accept(tcp: TcpStream, tls: Option<(&Material, ClientAuth)>) -> std::io::Result<Conn> {
         let Some((material, auth)) = tls else {
-            return Ok(Conn::Plain(tcp));
+            return Ok(Conn::new(Io::Plain(tcp)));
         };
         let config = material
             .current()
@@ -80,7 +94,7 @@ impl Conn {
             .ok_or_else(|| std::io::Error::other("TLS is on but this process has no certificate to serve with"))?;
         let handshake = tokio_rustls::TlsAcceptor::from(config).accept(tcp);
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-            Ok(r) => r.map(|s| Conn::Tls(Box::new(s))),
+            Ok(r) => r.map(|s| Conn::new(Io::Tls(Box::new(s)))),
             Err(_) => Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "TLS handshake timed out",
@@ -88,10 +102,22 @@ impl Conn {
         }
     }
 
+    fn new(io: Io) -> Conn {
+        Conn {
+            io,
+            activity: Activity::new(),
+        }
+    }
+
+    /// The calls open on this connection.
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+
     fn tcp(&self) -> &TcpStream {
-        match self {
-            Conn::Plain(s) => s,
-            Conn::Tls(s) => s.get_ref().0,
+        match &self.io {
+            Io::Plain(s) => s,
+            Io::Tls(s) => s.get_ref().0,
         }
     }
 }
@@ -101,45 +127,46 @@ impl Connected for Conn {
 
     /// Called once per connection; every call on it gets a copy.
     fn connect_info(&self) -> PeerInfo {
-        let leaf = match self {
-            Conn::Plain(_) => None,
-            Conn::Tls(s) => s.get_ref().1.peer_certificates().and_then(|c| c.first()),
+        let leaf = match &self.io {
+            Io::Plain(_) => None,
+            Io::Tls(s) => s.get_ref().1.peer_certificates().and_then(|c| c.first()),
         };
         PeerInfo {
             remote_addr: self.tcp().peer_addr().ok(),
             node: Arc::new(leaf.map_or(Ok(None), identity::of_cert)),
+            activity: Some(self.activity.clone()),
         }
     }
 }
 
 impl AsyncRead for Conn {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
 
 impl AsyncWrite for Conn {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 
@@ -148,16 +175,16 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            Conn::Plain(s) => s.is_write_vectored(),
-            Conn::Tls(s) => s.is_write_vectored(),
+        match &self.io {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
         }
     }
 }
