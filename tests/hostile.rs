@@ -528,7 +528,30 @@ async fn hostile_callers_are_refused_and_nothing_is_lost() {
     });
     address(req.metadata_mut());
     assert!(raft.vote(req).await.is_err());
-    still_whole(&mut c, &mut acked, "a bad snapshot and an absurd term").await;
+    // A term within range but far ahead, with a log that looks newest:
+    // taken, it would leave no term for a real candidate past MAX_TERM.
+    let mut req = tonic::Request::new(raftmq_raft::pb::VoteRequest {
+        vote: Some(raftmq_raft::pb::Vote {
+            term: raftmq_raft::MAX_TERM,
+            voted_for: follower,
+            committed: false,
+        }),
+        last_log_id: Some(raftmq_raft::pb::LogId {
+            term: raftmq_raft::MAX_TERM,
+            index: raftmq_raft::MAX_INDEX,
+        }),
+        leadership_transfer: false,
+    });
+    address(req.metadata_mut());
+    let e = raft.vote(req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+    // The group still elects: its leader stops, another takes over.
+    c.kill(leader);
+    let next = c.leader().await;
+    assert_ne!(next, leader);
+    assert!(c.status(next, false).await.unwrap().term < raftmq_raft::service::MAX_TERM_JUMP);
+    c.spawn(leader);
+    still_whole(&mut c, &mut acked, "a bad snapshot and absurd terms").await;
 }
 
 /// Sends past `limits.max_inflight_sends` are refused by the gate in front

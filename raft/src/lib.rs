@@ -79,6 +79,7 @@ pub use message::Message;
 pub use node::{NodeConfig, RaftNode};
 pub use state_machine::{Metadata, StateMachine};
 pub use types::{NodeAddr, NodeId, TypeConfig};
+pub use wire::{MAX_INDEX, MAX_TERM};
 
 /// A Raft node of a broker group.
 pub type Raft = openraft::Raft<TypeConfig, StateMachine>;

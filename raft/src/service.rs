@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
+use openraft::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::Raft;
@@ -113,6 +114,26 @@ fn speaks_for_itself(caller: Option<u64>, vote: &crate::types::Vote) -> Result<(
     }
 }
 
+/// How far ahead of this node's term a caller's may be. A real peer gets
+/// ahead only by campaigning alone, one term per election timeout: 2^24
+/// terms are weeks of that. Without the bound one forged call (on a port
+/// without TLS) could raise the group's term to [`wire::MAX_TERM`], past
+/// which no candidate may go, and no leader would ever be elected again;
+/// with it, forgery must repeat 2^38 times. A peer that is that far
+/// ahead still gets the group to its term: the answers it gives carry it.
+pub const MAX_TERM_JUMP: u64 = 1 << 24;
+
+/// Refuses a call whose term is more than [`MAX_TERM_JUMP`] ahead of ours.
+fn term_in_reach(raft: &Raft, term: u64) -> Result<(), Status> {
+    let current = raft.metrics().borrow_watched().current_term;
+    if term > current.saturating_add(MAX_TERM_JUMP) {
+        return Err(Status::failed_precondition(format!(
+            "term {term} is more than {MAX_TERM_JUMP} ahead of this node's {current}"
+        )));
+    }
+    Ok(())
+}
+
 /// Longest wait for the next chunk of a snapshot being received (the
 /// sender streams them back to back): one install at a time, so a sender
 /// that stalls must not keep the slot.
@@ -138,10 +159,12 @@ impl raft_server::Raft for RaftService {
         let failure: Arc<Mutex<Option<Status>>> = Arc::default();
         let noted = failure.clone();
         let max_record_size = self.max_record_size;
+        let raft = self.raft.clone();
         let input = request.into_inner().scan((), move |_, r| {
             let decoded = r
                 .and_then(|pb| wire::append_from_pb(pb, max_record_size).map_err(bad))
-                .and_then(|req| speaks_for_itself(caller, &req.vote).map(|()| req));
+                .and_then(|req| speaks_for_itself(caller, &req.vote).map(|()| req))
+                .and_then(|req| term_in_reach(&raft, req.vote.leader_id.term).map(|()| req));
             let next = match decoded {
                 Ok(req) => Some(req),
                 Err(status) => {
@@ -176,6 +199,7 @@ impl raft_server::Raft for RaftService {
         }
         let req = wire::vote_req_from_pb(request.into_inner()).map_err(bad)?;
         speaks_for_itself(caller, &req.vote)?;
+        term_in_reach(&self.raft, req.vote.leader_id.term)?;
         let resp = self
             .raft
             .vote(req)
@@ -210,6 +234,7 @@ impl raft_server::Raft for RaftService {
         };
         let vote = wire::vote_from_pb(header.vote).map_err(bad)?;
         speaks_for_itself(caller, &vote)?;
+        term_in_reach(&self.raft, vote.leader_id.term)?;
         let meta: SnapshotMeta =
             serde_json::from_slice(&header.meta_json).map_err(|e| bad(format!("snapshot meta: {e}")))?;
         if header.total_len > MAX_SNAPSHOT_BYTES {
