@@ -50,6 +50,34 @@ impl Lane {
             .await
             .map_err(|_| BrokerError::Unavailable("the node is shutting down".into()))
     }
+
+    /// Runs `f` on a blocking thread once it has a place in line and then
+    /// to run; refused at once when the line is full.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, BrokerError> + Send + 'static,
+    ) -> Result<T, BrokerError> {
+        let in_line = self.join()?;
+        let place = self.turn().await?;
+        blocking(move || {
+            let _held = (in_line, place);
+            f()
+        })
+        .await
+    }
+}
+
+/// Runs `f` on a blocking thread. The places it holds should go with it:
+/// a caller that gives up does not free them while `f` still runs.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, BrokerError> + Send + 'static,
+) -> Result<T, BrokerError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| match e.is_cancelled() {
+            true => BrokerError::Unavailable("the node is shutting down".into()),
+            false => BrokerError::Internal(format!("a read failed: {e}")),
+        })?
 }
 
 #[cfg(test)]

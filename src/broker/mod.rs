@@ -88,6 +88,10 @@ const SCANS_WAITING: usize = 64;
 /// a lane of their own, so that they cannot fill the scans' line and keep
 /// every other read waiting behind them.
 const DIGESTS_WAITING: usize = 3;
+/// Receive plans and the reads of what they delivered, and pulls, running
+/// at once off the async workers (each holds a long-polling place too, so
+/// the line is as long as `limits.max_long_polls`).
+const CONCURRENT_READS: usize = 4;
 /// Most queues over all of a group's topics: a tenth below what a snapshot
 /// may list ([`raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES`], which a
 /// follower checks before installing one), leaving room for the retry and
@@ -117,6 +121,8 @@ pub struct Broker {
     scans: lane::Lane,
     /// Log digests, which also take a place among the scans to run.
     digests: lane::Lane,
+    /// Receive plans and pulls ([`CONCURRENT_READS`]), shared with the popper.
+    pub reads: Arc<lane::Lane>,
     /// Sends in progress at this node (`limits.max_inflight_sends`).
     sends: Arc<tokio::sync::Semaphore>,
 }
@@ -129,8 +135,14 @@ impl Broker {
             group: &cfg.group,
         };
         let metrics = Arc::new(BrokerMetrics::new(node.clone(), identity, clients.clone()));
+        let reads = Arc::new(lane::Lane::new(
+            "receives and pulls",
+            CONCURRENT_READS,
+            cfg.limits.max_long_polls,
+        ));
         let popper = Popper::new(
             node.clone(),
+            reads.clone(),
             GroupDefaults {
                 auto_create: cfg.auto_create_groups,
                 max_delivery_attempts: cfg.max_delivery_attempts,
@@ -153,6 +165,7 @@ impl Broker {
             node,
             peers: Mutex::new(HashMap::new()),
             scans: lane::Lane::new("store scans", CONCURRENT_SCANS, SCANS_WAITING),
+            reads,
             digests: lane::Lane::new("log digests", 1, DIGESTS_WAITING),
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
             live: runtime_config::LiveConfig::new(cfg.clone()),
@@ -237,17 +250,11 @@ impl Broker {
         };
         let place = self.scans.turn().await?;
         let broker = self.clone();
-        // The places go with the work: a caller that gives up does not free
-        // them while its scan still runs.
-        tokio::task::spawn_blocking(move || {
+        lane::blocking(move || {
             let _held = (in_line, digest, place);
             f(&broker)
         })
         .await
-        .map_err(|e| match e.is_cancelled() {
-            true => BrokerError::Unavailable("the node is shutting down".into()),
-            false => BrokerError::Internal(format!("a read failed: {e}")),
-        })?
     }
 
     /// How long a request waits for its group to elect a leader: a few

@@ -27,6 +27,7 @@ use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
 
+use crate::broker::lane::Lane;
 use crate::broker::limits::LimitsConfig;
 use crate::broker::limits::ResponseBudget;
 use crate::broker::metrics::ConsumeLabels;
@@ -96,6 +97,11 @@ impl Room {
 /// The leader's consumption logic; one per broker.
 pub struct Popper {
     node: Arc<RaftNode>,
+    /// Plans and the reads of what they delivered run here, off the async
+    /// workers: a plan may look at thousands of ConsumeQueue units (and
+    /// messages, for SQL filters), a delivery copies up to the response
+    /// bound.
+    reads: Arc<Lane>,
     defaults: GroupDefaults,
     limits: LimitsConfig,
     /// One planning lock per (group, topic).
@@ -186,12 +192,14 @@ struct Planned {
 impl Popper {
     pub fn new(
         node: Arc<RaftNode>,
+        reads: Arc<Lane>,
         defaults: GroupDefaults,
         limits: LimitsConfig,
         dead_lettered: Family<ConsumeLabels, Counter>,
     ) -> Popper {
         Popper {
             node,
+            reads,
             defaults,
             limits,
             locks: Mutex::new(HashMap::new()),
@@ -249,7 +257,7 @@ impl Popper {
 
     /// Receives up to `r.batch` messages, waiting until `r.deadline` for
     /// one to arrive or become visible again. Runs on the leader.
-    pub async fn receive(&self, r: &Receive) -> Result<Vec<Delivered>, BrokerError> {
+    pub async fn receive(&self, r: Arc<Receive>) -> Result<Vec<Delivered>, BrokerError> {
         // The topic first: a receive for a topic that does not exist must
         // not leave a consumer group behind.
         let topic = self
@@ -267,8 +275,8 @@ impl Popper {
         let mut applied = self.node.sm.applied_watch();
         loop {
             applied.borrow_and_update();
-            let seen = self.wake_key(r);
-            let (out, next_visible_ms) = self.try_receive(r, &group).await?;
+            let seen = self.wake_key(&r);
+            let (out, next_visible_ms) = self.try_receive(&r, &group).await?;
             if !out.is_empty() {
                 return Ok(out);
             }
@@ -288,7 +296,7 @@ impl Popper {
                         if changed.is_err() {
                             return Err(BrokerError::Unavailable("the node is shutting down".into()));
                         }
-                        if self.wake_key(r) != seen {
+                        if self.wake_key(&r) != seen {
                             break;
                         }
                     }
@@ -323,14 +331,19 @@ impl Popper {
     /// One planning round: plans, proposes, and reads what was delivered.
     async fn try_receive(
         &self,
-        r: &Receive,
+        r: &Arc<Receive>,
         group: &GroupConfig,
     ) -> Result<(Vec<Delivered>, Option<u64>), BrokerError> {
         let lock = self.lock_for(&r.group, &r.topic);
         let _planning = lock.lock().await;
         let now = now_ms();
         let visible_at_ms = now.saturating_add(r.invisible.as_millis() as u64);
-        let planned = self.plan(r, group, now, visible_at_ms)?;
+        let planned = {
+            let (node, limits, r, group) = (self.node.clone(), self.limits.clone(), r.clone(), group.clone());
+            self.reads
+                .run(move || plan(&node, &limits, &r, &group, now, visible_at_ms))
+                .await?
+        };
         for (queue_id, offset, handle) in &planned.dead {
             let receipt = Receipt {
                 queue_id: *queue_id,
@@ -365,177 +378,18 @@ impl Popper {
                 )));
             }
         };
-        let mut out = Vec::new();
-        let mut gone = Vec::new();
-        for (plan, Popped { handle, delivered }) in planned.plans.iter().zip(popped) {
-            for (offset, attempt) in delivered {
-                let receipt = Receipt {
-                    queue_id: plan.queue_id,
-                    offset,
-                    handle,
-                };
-                match self.node.store.message(&r.topic, plan.queue_id, offset) {
-                    Ok((_, bytes)) => out.push(Delivered {
-                        queue_id: plan.queue_id,
-                        offset,
-                        attempt,
-                        receipt: receipt::encode(&seal, &r.group, &r.topic, &receipt),
-                        bytes: bytes::Bytes::copy_from_slice(&bytes),
-                    }),
-                    Err(e) => {
-                        tracing::warn!(
-                            topic = r.topic,
-                            queue = plan.queue_id,
-                            offset,
-                            "delivered message is gone: {e}"
-                        );
-                        gone.push(receipt);
-                    }
-                }
-            }
-        }
+        let (out, gone) = {
+            let (node, r, plans) = (self.node.clone(), r.clone(), planned.plans);
+            self.reads
+                .run(move || Ok(read_delivered(&node, &r, &seal, &plans, popped)))
+                .await?
+        };
         // Deleted by retention meanwhile: nothing to deliver, ever; it must
         // not stay in flight (a FIFO queue would wait for it forever).
         if !gone.is_empty() {
             self.ack(&r.group, &r.topic, &gone).await?;
         }
         Ok((out, planned.next_visible_ms))
-    }
-
-    fn plan(&self, r: &Receive, group: &GroupConfig, now: u64, visible_at_ms: u64) -> Result<Planned, BrokerError> {
-        // The in-flight bounds; each plan carries them, and applying it
-        // enforces them again: plans for the group's other topics made at
-        // the same moment may have taken the room this one counts.
-        let bounds = InFlightBounds {
-            group: self.limits.max_inflight_per_group as u64,
-            total: self.limits.max_inflight_total as u64,
-        };
-        let (topic, views, mut group_room) = self.node.sm.with_metadata_and_inflight(|m, inflight| {
-            let topic = m.topics.get(&r.topic).cloned();
-            let views: HashMap<u32, QueueView> = m
-                .consumption
-                .get(&r.group)
-                .and_then(|t| t.get(&r.topic))
-                .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group))).collect())
-                .unwrap_or_default();
-            (topic, views, inflight.room(&r.group, bounds))
-        });
-        let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
-        let queues = topic.read_queues.max(1);
-        let mut planned = Planned {
-            plans: Vec::new(),
-            dead: Vec::new(),
-            next_visible_ms: None,
-        };
-        let mut room = Room {
-            messages: r.batch.clamp(1, MAX_BATCH),
-            bytes: ResponseBudget::new(r.max_bytes),
-        };
-        for i in 0..queues {
-            if room.messages == 0 {
-                break;
-            }
-            let queue_id = (r.first_queue % queues + i) % queues;
-            let view = views.get(&queue_id);
-            let mut plan = PopPlan {
-                group: r.group.clone(),
-                topic: r.topic.clone(),
-                queue_id,
-                visible_at_ms,
-                redeliver: Vec::new(),
-                fresh: None,
-                bounds: Some(bounds),
-            };
-            if let Some(v) = view {
-                if let Some(t) = v.next_visible_ms {
-                    let next = planned.next_visible_ms.get_or_insert(t);
-                    *next = (*next).min(t);
-                }
-                planned
-                    .dead
-                    .extend(v.dead.iter().map(|&(offset, handle)| (queue_id, offset, handle)));
-                for &(offset, handle) in &v.redeliver {
-                    let size = self
-                        .node
-                        .store
-                        .queue(&r.topic, queue_id)
-                        .and_then(|cq| cq.get(offset).ok())
-                        .map_or(0, |u| u.size as usize);
-                    if room.take(size) {
-                        plan.redeliver.push((offset, handle));
-                    } else if group.fifo {
-                        // In order: not a later message before this one.
-                        break;
-                    }
-                }
-            }
-            // A FIFO queue with anything in flight delivers nothing new, and
-            // no queue more new messages than its in-flight bound, and the
-            // group's, leave room for.
-            let inflight = view.map_or(0, |v| v.inflight);
-            let blocked = group.fifo && inflight > 0;
-            let cap = self
-                .limits
-                .max_inflight_per_queue
-                .saturating_sub(inflight)
-                .min(group_room);
-            if !blocked && room.messages > 0 && cap > 0 {
-                plan.fresh = self.fresh(r, queue_id, view.map(|v| v.next), &mut room, cap)?;
-                group_room -= plan.fresh.as_ref().map_or(0, |f| f.offsets.len());
-            } else if !blocked && group_room == 0 {
-                let recheck = now.saturating_add(GROUP_FULL_RECHECK_MS);
-                let next = planned.next_visible_ms.get_or_insert(recheck);
-                *next = (*next).min(recheck);
-            }
-            if !plan.redeliver.is_empty() || plan.fresh.is_some() {
-                planned.plans.push(plan);
-            }
-        }
-        Ok(planned)
-    }
-
-    /// Fresh offsets of one queue from its pop frontier `next` (none yet:
-    /// its oldest message) that pass the filter, as many as `room` takes
-    /// and at most `cap`.
-    fn fresh(
-        &self,
-        r: &Receive,
-        queue_id: u32,
-        next: Option<u64>,
-        room: &mut Room,
-        cap: usize,
-    ) -> Result<Option<FreshRange>, BrokerError> {
-        let Some(cq) = self.node.store.queue(&r.topic, queue_id) else {
-            return Ok(None);
-        };
-        // A new group starts at the oldest message still kept; retention may
-        // have deleted what lies between the frontier and that.
-        let from = next.unwrap_or(cq.min_offset());
-        let mut to = from.max(cq.min_offset());
-        let end = cq.max_offset().min(to.saturating_add(MAX_SCAN));
-        let mut offsets = Vec::new();
-        while to < end && offsets.len() < cap {
-            let unit = cq.get(to).map_err(|e| BrokerError::Internal(e.to_string()))?;
-            if !room.fits(unit.size as usize) {
-                break;
-            }
-            to += 1;
-            if !r.filter.may_match(unit.tag_hash) {
-                continue;
-            }
-            if r.filter.needs_message() {
-                let matched = match self.node.store.commitlog().read_bytes(unit.phys, u64::from(unit.size)) {
-                    Ok(bytes) => MessageView::parse(&bytes).is_ok_and(|(v, _)| r.filter.matches(&v)),
-                    Err(_) => false,
-                };
-                if !matched {
-                    continue;
-                }
-            }
-            offsets.push(to - 1);
-            room.take(unit.size as usize);
-        }
-        Ok((to > from).then_some(FreshRange { from, to, offsets }))
     }
 
     /// Acknowledges deliveries: one result per receipt (`None`: acked).
@@ -650,6 +504,185 @@ impl Popper {
                 .is_some_and(|f| f.handle == r.handle)
         })
     }
+}
+
+fn plan(
+    node: &RaftNode,
+    limits: &LimitsConfig,
+    r: &Receive,
+    group: &GroupConfig,
+    now: u64,
+    visible_at_ms: u64,
+) -> Result<Planned, BrokerError> {
+    // The in-flight bounds; each plan carries them, and applying it
+    // enforces them again: plans for the group's other topics made at
+    // the same moment may have taken the room this one counts.
+    let bounds = InFlightBounds {
+        group: limits.max_inflight_per_group as u64,
+        total: limits.max_inflight_total as u64,
+    };
+    let (topic, views, mut group_room) = node.sm.with_metadata_and_inflight(|m, inflight| {
+        let topic = m.topics.get(&r.topic).cloned();
+        let views: HashMap<u32, QueueView> = m
+            .consumption
+            .get(&r.group)
+            .and_then(|t| t.get(&r.topic))
+            .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group))).collect())
+            .unwrap_or_default();
+        (topic, views, inflight.room(&r.group, bounds))
+    });
+    let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
+    let queues = topic.read_queues.max(1);
+    let mut planned = Planned {
+        plans: Vec::new(),
+        dead: Vec::new(),
+        next_visible_ms: None,
+    };
+    let mut room = Room {
+        messages: r.batch.clamp(1, MAX_BATCH),
+        bytes: ResponseBudget::new(r.max_bytes),
+    };
+    for i in 0..queues {
+        if room.messages == 0 {
+            break;
+        }
+        let queue_id = (r.first_queue % queues + i) % queues;
+        let view = views.get(&queue_id);
+        let mut plan = PopPlan {
+            group: r.group.clone(),
+            topic: r.topic.clone(),
+            queue_id,
+            visible_at_ms,
+            redeliver: Vec::new(),
+            fresh: None,
+            bounds: Some(bounds),
+        };
+        if let Some(v) = view {
+            if let Some(t) = v.next_visible_ms {
+                let next = planned.next_visible_ms.get_or_insert(t);
+                *next = (*next).min(t);
+            }
+            planned
+                .dead
+                .extend(v.dead.iter().map(|&(offset, handle)| (queue_id, offset, handle)));
+            for &(offset, handle) in &v.redeliver {
+                let size = node
+                    .store
+                    .queue(&r.topic, queue_id)
+                    .and_then(|cq| cq.get(offset).ok())
+                    .map_or(0, |u| u.size as usize);
+                if room.take(size) {
+                    plan.redeliver.push((offset, handle));
+                } else if group.fifo {
+                    // In order: not a later message before this one.
+                    break;
+                }
+            }
+        }
+        // A FIFO queue with anything in flight delivers nothing new, and
+        // no queue more new messages than its in-flight bound, and the
+        // group's, leave room for.
+        let inflight = view.map_or(0, |v| v.inflight);
+        let blocked = group.fifo && inflight > 0;
+        let cap = limits.max_inflight_per_queue.saturating_sub(inflight).min(group_room);
+        if !blocked && room.messages > 0 && cap > 0 {
+            plan.fresh = fresh(node, r, queue_id, view.map(|v| v.next), &mut room, cap)?;
+            group_room -= plan.fresh.as_ref().map_or(0, |f| f.offsets.len());
+        } else if !blocked && group_room == 0 {
+            let recheck = now.saturating_add(GROUP_FULL_RECHECK_MS);
+            let next = planned.next_visible_ms.get_or_insert(recheck);
+            *next = (*next).min(recheck);
+        }
+        if !plan.redeliver.is_empty() || plan.fresh.is_some() {
+            planned.plans.push(plan);
+        }
+    }
+    Ok(planned)
+}
+
+/// Fresh offsets of one queue from its pop frontier `next` (none yet:
+/// its oldest message) that pass the filter, as many as `room` takes
+/// and at most `cap`.
+fn fresh(
+    node: &RaftNode,
+    r: &Receive,
+    queue_id: u32,
+    next: Option<u64>,
+    room: &mut Room,
+    cap: usize,
+) -> Result<Option<FreshRange>, BrokerError> {
+    let Some(cq) = node.store.queue(&r.topic, queue_id) else {
+        return Ok(None);
+    };
+    // A new group starts at the oldest message still kept; retention may
+    // have deleted what lies between the frontier and that.
+    let from = next.unwrap_or(cq.min_offset());
+    let mut to = from.max(cq.min_offset());
+    let end = cq.max_offset().min(to.saturating_add(MAX_SCAN));
+    let mut offsets = Vec::new();
+    while to < end && offsets.len() < cap {
+        let unit = cq.get(to).map_err(|e| BrokerError::Internal(e.to_string()))?;
+        if !room.fits(unit.size as usize) {
+            break;
+        }
+        to += 1;
+        if !r.filter.may_match(unit.tag_hash) {
+            continue;
+        }
+        if r.filter.needs_message() {
+            let matched = match node.store.commitlog().read_bytes(unit.phys, u64::from(unit.size)) {
+                Ok(bytes) => MessageView::parse(&bytes).is_ok_and(|(v, _)| r.filter.matches(&v)),
+                Err(_) => false,
+            };
+            if !matched {
+                continue;
+            }
+        }
+        offsets.push(to - 1);
+        room.take(unit.size as usize);
+    }
+    Ok((to > from).then_some(FreshRange { from, to, offsets }))
+}
+
+/// The messages a pop delivered, read from the store with their receipts;
+/// and the deliveries whose message retention deleted meanwhile.
+fn read_delivered(
+    node: &RaftNode,
+    r: &Receive,
+    seal: &seal::Seal,
+    plans: &[PopPlan],
+    popped: Vec<Popped>,
+) -> (Vec<Delivered>, Vec<Receipt>) {
+    let mut out = Vec::new();
+    let mut gone = Vec::new();
+    for (plan, Popped { handle, delivered }) in plans.iter().zip(popped) {
+        for (offset, attempt) in delivered {
+            let receipt = Receipt {
+                queue_id: plan.queue_id,
+                offset,
+                handle,
+            };
+            match node.store.message(&r.topic, plan.queue_id, offset) {
+                Ok((_, bytes)) => out.push(Delivered {
+                    queue_id: plan.queue_id,
+                    offset,
+                    attempt,
+                    receipt: receipt::encode(seal, &r.group, &r.topic, &receipt),
+                    bytes: bytes::Bytes::copy_from_slice(&bytes),
+                }),
+                Err(e) => {
+                    tracing::warn!(
+                        topic = r.topic,
+                        queue = plan.queue_id,
+                        offset,
+                        "delivered message is gone: {e}"
+                    );
+                    gone.push(receipt);
+                }
+            }
+        }
+    }
+    (out, gone)
 }
 
 /// Refuses a new consumer group when the group of brokers keeps `max`

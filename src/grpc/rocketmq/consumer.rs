@@ -234,7 +234,7 @@ async fn receive_local(
     } else {
         req.batch_size as usize
     };
-    let r = Receive {
+    let r = std::sync::Arc::new(Receive {
         group,
         topic: topic.clone(),
         filter,
@@ -243,9 +243,9 @@ async fn receive_local(
         first_queue: id.max(0) as u32,
         deadline: poll_deadline(wait, client_deadline),
         max_bytes: live.limits.max_response_bytes,
-    };
+    });
     let started = std::time::Instant::now();
-    let delivered = svc.broker.popper.receive(&r).await?;
+    let delivered = svc.broker.popper.receive(r.clone()).await?;
     if !delivered.is_empty() {
         svc.broker
             .metrics

@@ -168,43 +168,32 @@ async fn pull_local(
     let deadline = poll_deadline(wait, client_deadline);
     let batch = req.batch_size.clamp(1, pop::MAX_BATCH as i32) as u64;
     let host = svc.broker.client_addr();
+    let filter = std::sync::Arc::new(filter);
     let mut applied = svc.broker.node.sm.applied_watch();
     loop {
         applied.borrow_and_update();
-        let store = &svc.broker.node.store;
-        let (min, max) = store
-            .queue(&topic, queue_id)
-            .map_or((0, 0), |cq| (cq.min_offset(), cq.max_offset()));
-        if offset > max {
-            return Err(BrokerError::Refused(
-                Code::IllegalOffset,
-                format!("offset {offset} is past the end of the queue ({max})"),
-            ));
-        }
-        let start = offset.max(min);
-        let mut next = start;
-        let mut out = Vec::new();
-        let mut body_bytes = 0;
-        let mut budget = ResponseBudget::new(svc.broker.live().limits.max_response_bytes);
-        while next < max && (out.len() as u64) < batch && next - start < 1024 {
-            let q = next;
-            let Ok((unit, bytes)) = store.message(&topic, queue_id, q) else {
-                next += 1;
-                continue;
+        // Off the async workers: up to 1024 messages read and parsed.
+        let scan = {
+            let store = svc.broker.node.store.clone();
+            let (topic, namespace, filter, host) = (topic.clone(), namespace.clone(), filter.clone(), host.clone());
+            let max_bytes = svc.broker.live().limits.max_response_bytes;
+            let from = Pull {
+                queue_id,
+                offset,
+                batch,
+                max_bytes,
             };
-            if !budget.fits(bytes.len()) {
-                break;
-            }
-            next += 1;
-            let Ok((view, _)) = MessageView::parse(&bytes) else {
-                continue;
-            };
-            if filter.may_match(unit.tag_hash) && filter.matches(&view) {
-                budget.take(bytes.len());
-                body_bytes += view.body.len();
-                out.push(pulled(&view, &topic, &namespace, queue_id, q, &host));
-            }
-        }
+            svc.broker
+                .reads
+                .run(move || from.scan(&store, &topic, &namespace, &filter, &host))
+                .await?
+        };
+        let PullScan {
+            out,
+            start,
+            next,
+            body_bytes,
+        } = scan;
         if !out.is_empty() || next > start || Instant::now() >= deadline {
             if !out.is_empty() {
                 svc.broker.metrics.messages_out(&topic, &group, out.len(), body_bytes);
@@ -232,6 +221,78 @@ async fn pull_local(
             }
             _ = tokio::time::sleep_until(deadline) => {}
         }
+    }
+}
+
+/// Where a pull reads from, and how much it may take.
+#[derive(Clone, Copy)]
+struct Pull {
+    queue_id: u32,
+    offset: u64,
+    batch: u64,
+    max_bytes: usize,
+}
+
+/// What one look at a queue found.
+struct PullScan {
+    out: Vec<v2::Message>,
+    /// Where the look started (the offset asked for, or the queue's
+    /// oldest kept message if that is later) and where the next begins.
+    start: u64,
+    next: u64,
+    body_bytes: usize,
+}
+
+impl Pull {
+    /// Reads from the queue what passes `filter`, up to the batch, the
+    /// response bound and 1024 messages looked at.
+    fn scan(
+        &self,
+        store: &raftmq_store::Store,
+        topic: &str,
+        namespace: &str,
+        filter: &Filter,
+        host: &str,
+    ) -> Result<PullScan, BrokerError> {
+        let (min, max) = store
+            .queue(topic, self.queue_id)
+            .map_or((0, 0), |cq| (cq.min_offset(), cq.max_offset()));
+        if self.offset > max {
+            return Err(BrokerError::Refused(
+                Code::IllegalOffset,
+                format!("offset {} is past the end of the queue ({max})", self.offset),
+            ));
+        }
+        let start = self.offset.max(min);
+        let mut next = start;
+        let mut out = Vec::new();
+        let mut body_bytes = 0;
+        let mut budget = ResponseBudget::new(self.max_bytes);
+        while next < max && (out.len() as u64) < self.batch && next - start < 1024 {
+            let q = next;
+            let Ok((unit, bytes)) = store.message(topic, self.queue_id, q) else {
+                next += 1;
+                continue;
+            };
+            if !budget.fits(bytes.len()) {
+                break;
+            }
+            next += 1;
+            let Ok((view, _)) = MessageView::parse(&bytes) else {
+                continue;
+            };
+            if filter.may_match(unit.tag_hash) && filter.matches(&view) {
+                budget.take(bytes.len());
+                body_bytes += view.body.len();
+                out.push(pulled(&view, topic, namespace, self.queue_id, q, host));
+            }
+        }
+        Ok(PullScan {
+            out,
+            start,
+            next,
+            body_bytes,
+        })
     }
 }
 
