@@ -154,7 +154,20 @@ impl StateMachine {
     pub fn open(log: LogStore, raft_dir: &Path) -> io::Result<StateMachine> {
         let mut state = State::default();
         if let Some(content) = read_snapshot(raft_dir)? {
-            finish_interrupted_install(&log, &content)?;
+            // A log that damage cut below the snapshot's last entry looks
+            // like an install a crash interrupted (the log lacks that entry),
+            // but it had committed the entry: not an install to finish,
+            // which would drop the rest of its log.
+            let cut = content
+                .meta
+                .last_log_id
+                .is_some_and(|last| log.lost_up_to().is_some_and(|c| c >= last.index));
+            if !cut {
+                finish_interrupted_install(&log, &content)?;
+            }
+            if !indexes_cover(&log, raft_dir, &content)? {
+                return Self::open(log, raft_dir);
+            }
             state.last_applied = content.meta.last_log_id;
             state.membership = content.meta.last_membership;
             state.replace_metadata(content.metadata);
@@ -453,6 +466,45 @@ pub fn check_snapshot(meta: &SnapshotMeta, data: &[u8]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Where a snapshot the indexes no longer cover is set aside.
+pub const SNAPSHOT_AHEAD_FILE: &str = "snapshot.ahead.json";
+
+/// Whether the store's indexes hold every record the snapshot counts as
+/// applied. They do unless damage cut the log below the snapshot's
+/// `next_phys` (recovery then cuts the indexes with it): the entries
+/// between come back from the leader, but as already applied they would
+/// never be dispatched again, and their queues would lack them. When the
+/// log still starts at its first entry, the snapshot is set aside (false)
+/// and the state is rebuilt by applying the whole log again; when it was
+/// purged, nothing here can rebuild it, and the error (damage) sets the
+/// store aside so that the node is sent the group's state afresh.
+fn indexes_cover(log: &LogStore, raft_dir: &Path, content: &SnapshotContent) -> io::Result<bool> {
+    let dispatched = log.store().dispatched_offset();
+    if content.next_phys <= dispatched {
+        return Ok(true);
+    }
+    let (first, _) = log.bounds();
+    if first > 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the log was cut at {dispatched}, below the snapshot's {}, and its start was purged: \
+                 the entries between cannot be applied again",
+                content.next_phys
+            ),
+        ));
+    }
+    tracing::warn!(
+        snapshot = ?content.meta.last_log_id,
+        next_phys = content.next_phys,
+        dispatched,
+        "the log was cut below the snapshot; setting the snapshot aside and applying the whole log again"
+    );
+    fs::rename(raft_dir.join(SNAPSHOT_FILE), raft_dir.join(SNAPSHOT_AHEAD_FILE))?;
+    fs::File::open(raft_dir)?.sync_all()?;
+    Ok(false)
 }
 
 /// A snapshot install by reset writes the snapshot file first, then resets

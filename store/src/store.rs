@@ -125,17 +125,17 @@ impl Store {
     ) -> Result<Store> {
         let log = CommitLog::open(root, cfg, crashed)?;
         let checkpoint = log.checkpoint().get();
-        if durable_dispatch > checkpoint.dispatched {
-            tracing::warn!(
-                checkpoint = checkpoint.dispatched,
-                durable = durable_dispatch,
-                "the checkpoint's dispatch mark is below what the last snapshot found durable; keeping the indexes below that"
-            );
-        }
         let dispatched = checkpoint
             .dispatched
             .max(durable_dispatch)
             .clamp(log.min_offset(), log.max_offset());
+        if dispatched > checkpoint.dispatched {
+            tracing::warn!(
+                checkpoint = checkpoint.dispatched,
+                durable = dispatched,
+                "the checkpoint's dispatch mark is below what the last snapshot found durable; keeping the indexes below that"
+            );
+        }
         let map = MapOptions::default();
         let queues = QueueTable::open(root, cfg.cq_units_per_file, map, crashed)?;
         // Units past the dispatch mark may be partial; the caller dispatches
