@@ -2,6 +2,7 @@
 //! fed into openraft.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
@@ -32,6 +33,8 @@ pub struct RaftService {
     /// The store's `max_record_size`: an entry that would not fit is
     /// refused here, not by the store (whose error openraft takes as fatal).
     max_record_size: u64,
+    /// This node's term ([`follow_term`]).
+    term: Arc<AtomicU64>,
 }
 
 impl RaftService {
@@ -44,6 +47,7 @@ impl RaftService {
         max_record_size: u64,
     ) -> RaftService {
         RaftService {
+            term: follow_term(&raft),
             raft,
             group: group.to_string(),
             node_id,
@@ -123,9 +127,28 @@ fn speaks_for_itself(caller: Option<u64>, vote: &crate::types::Vote) -> Result<(
 /// ahead still gets the group to its term: the answers it gives carry it.
 pub const MAX_TERM_JUMP: u64 = 1 << 24;
 
+/// This node's term, kept by a task that follows openraft's server
+/// metrics (which change with the vote, not with every entry), so that
+/// the check on every Append costs an atomic load: reading openraft's
+/// metrics there, under a load that kept the leader busy, went with
+/// elections in every run of `benches/overload.sh`.
+fn follow_term(raft: &Raft) -> Arc<AtomicU64> {
+    let mut metrics = raft.server_metrics();
+    let term = Arc::new(AtomicU64::new(metrics.borrow_watched().vote.leader_id.term));
+    let kept = term.clone();
+    tokio::spawn(async move {
+        // Ends with the node (its metrics sender is dropped).
+        while metrics.changed().await.is_ok() {
+            let now = metrics.borrow_watched().vote.leader_id.term;
+            kept.store(now, Ordering::Relaxed);
+        }
+    });
+    term
+}
+
 /// Refuses a call whose term is more than [`MAX_TERM_JUMP`] ahead of ours.
-fn term_in_reach(raft: &Raft, term: u64) -> Result<(), Status> {
-    let current = raft.metrics().borrow_watched().current_term;
+fn term_in_reach(current: &AtomicU64, term: u64) -> Result<(), Status> {
+    let current = current.load(Ordering::Relaxed);
     if term > current.saturating_add(MAX_TERM_JUMP) {
         return Err(Status::failed_precondition(format!(
             "term {term} is more than {MAX_TERM_JUMP} ahead of this node's {current}"
@@ -159,12 +182,12 @@ impl raft_server::Raft for RaftService {
         let failure: Arc<Mutex<Option<Status>>> = Arc::default();
         let noted = failure.clone();
         let max_record_size = self.max_record_size;
-        let raft = self.raft.clone();
+        let term = self.term.clone();
         let input = request.into_inner().scan((), move |_, r| {
             let decoded = r
                 .and_then(|pb| wire::append_from_pb(pb, max_record_size).map_err(bad))
                 .and_then(|req| speaks_for_itself(caller, &req.vote).map(|()| req))
-                .and_then(|req| term_in_reach(&raft, req.vote.leader_id.term).map(|()| req));
+                .and_then(|req| term_in_reach(&term, req.vote.leader_id.term).map(|()| req));
             let next = match decoded {
                 Ok(req) => Some(req),
                 Err(status) => {
@@ -199,7 +222,7 @@ impl raft_server::Raft for RaftService {
         }
         let req = wire::vote_req_from_pb(request.into_inner()).map_err(bad)?;
         speaks_for_itself(caller, &req.vote)?;
-        term_in_reach(&self.raft, req.vote.leader_id.term)?;
+        term_in_reach(&self.term, req.vote.leader_id.term)?;
         let resp = self
             .raft
             .vote(req)
@@ -234,7 +257,7 @@ impl raft_server::Raft for RaftService {
         };
         let vote = wire::vote_from_pb(header.vote).map_err(bad)?;
         speaks_for_itself(caller, &vote)?;
-        term_in_reach(&self.raft, vote.leader_id.term)?;
+        term_in_reach(&self.term, vote.leader_id.term)?;
         let meta: SnapshotMeta =
             serde_json::from_slice(&header.meta_json).map_err(|e| bad(format!("snapshot meta: {e}")))?;
         if header.total_len > MAX_SNAPSHOT_BYTES {
