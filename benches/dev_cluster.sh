@@ -4,6 +4,6 @@
 dir=$(mktemp -d)
 "$bin" dev --dir "$dir" --base-port "$base" --node-config "$(dirname "${BASH_SOURCE[0]}")/bench-node.toml" >/dev/null 2>"$dir/dev.err" &
 dev=$!
-trap 'kill -INT $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill -INT $dev 2>/dev/null; wait $dev 2>/dev/null; [ -n "${KEEP_DIR:-}" ] && cp -r "$dir" "$KEEP_DIR"; rm -rf "$dir"' EXIT
 for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done
 [ -f "$dir/dev.json" ] || { echo "raftmq dev did not start: $(tail -3 "$dir/dev.err")" >&2; exit 1; }

@@ -78,6 +78,10 @@ pub struct Common {
     /// Write latency-over-time and latency-histogram plots to this PNG.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
+    /// Write the ids of the messages acknowledged (produce) or received
+    /// (consume, e2e) to this file, one a line: an audit compares them.
+    #[arg(long)]
+    pub ids: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -136,6 +140,7 @@ struct BenchArgs {
     count: Option<u64>,
     json: bool,
     plot: Option<std::path::PathBuf>,
+    ids: Option<std::path::PathBuf>,
     delay: Option<Duration>,
     rate: Option<u64>,
     /// Messages per send request.
@@ -156,6 +161,7 @@ impl BenchArgs {
             count: c.count,
             json: c.json,
             plot: c.plot,
+            ids: c.ids,
             delay,
             rate,
             batch: 1,
@@ -185,6 +191,9 @@ pub struct Report {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+    /// Operations that succeeded in each second of the run (sends, or
+    /// received messages), from the first: how soon a rate recovers.
+    pub per_second: Vec<u64>,
 }
 
 /// How long a sender waits after the broker said it is busy.
@@ -234,6 +243,8 @@ struct Run {
     run_id: String,
     /// e2e: count only this run's messages.
     own_only: bool,
+    /// With `--ids`: the acknowledged or received messages' ids.
+    ids: Option<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Run {
@@ -322,6 +333,7 @@ impl Run {
         match self.client.send_batch(batch).await {
             Ok(r) => {
                 self.messages_ok.fetch_add(r.len() as u64, Ordering::Relaxed);
+                self.note_ids(r.iter().map(|s| &s.message_id));
                 if !e2e {
                     self.record(t.elapsed().as_micros() as u64).await;
                 }
@@ -338,6 +350,15 @@ impl Run {
                 self.failed(&e);
                 Sent::Failed
             }
+        }
+    }
+
+    /// Keeps message ids for `--ids`.
+    fn note_ids<'a>(&self, ids: impl Iterator<Item = &'a String>) {
+        if let Some(kept) = &self.ids {
+            kept.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend(ids.cloned());
         }
     }
 
@@ -405,6 +426,7 @@ impl Run {
                             continue;
                         }
                         counted += 1;
+                        self.note_ids(std::iter::once(&m.message_id));
                         let sent = m
                             .properties
                             .iter()
@@ -476,6 +498,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         samples: Arc::default(),
         run_id: format!("{:016x}", rand::random::<u64>()),
         own_only: mode == "e2e",
+        ids: a.ids.is_some().then(Default::default),
         args: a.clone(),
     });
     let bar = progress_bar(&a, duration);
@@ -521,6 +544,21 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let samples = std::mem::take(&mut *run.samples.lock().await);
+    let mut per_second = vec![0u64; secs.ceil() as usize];
+    for (at, _) in &samples {
+        if let Some(n) = per_second.get_mut(*at as usize) {
+            *n += 1;
+        }
+    }
+    if let (Some(path), Some(ids)) = (&a.ids, &run.ids) {
+        let ids = ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut text = String::with_capacity(ids.len() * 33);
+        for id in ids.iter() {
+            text.push_str(id);
+            text.push('\n');
+        }
+        std::fs::write(path, text).map_err(|e| anyhow::anyhow!("--ids {}: {e}", path.display()))?;
+    }
     let mut lat: Vec<u64> = samples.iter().map(|(_, l)| *l).collect();
     lat.sort_unstable();
     let ok = if mode == "produce" || mode == "ping" {
@@ -543,6 +581,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         p99_ms: percentile(&lat, 0.99),
         p999_ms: percentile(&lat, 0.999),
         max_ms: lat.last().map_or(0.0, |m| *m as f64 / 1000.0),
+        per_second,
     };
     if let Some(path) = &a.plot {
         crate::cli::bench::plot::draw(path, &format!("raftmq bench {mode}"), &samples)?;
