@@ -153,18 +153,8 @@ impl StateMachine {
     /// `raft_dir` if there is one.
     pub fn open(log: LogStore, raft_dir: &Path) -> io::Result<StateMachine> {
         let mut state = State::default();
+        finish_interrupted_install(&log, raft_dir)?;
         if let Some(content) = read_snapshot(raft_dir)? {
-            // A log that damage cut below the snapshot's last entry looks
-            // like an install a crash interrupted (the log lacks that entry),
-            // but it had committed the entry: not an install to finish,
-            // which would drop the rest of its log.
-            let cut = content
-                .meta
-                .last_log_id
-                .is_some_and(|last| log.lost_up_to().is_some_and(|c| c >= last.index));
-            if !cut {
-                finish_interrupted_install(&log, &content)?;
-            }
             if !indexes_cover(&log, raft_dir, &content)? {
                 return Self::open(log, raft_dir);
             }
@@ -414,11 +404,17 @@ impl StateMachine {
             log.store().flush_indexes().map_err(io_err)?;
             write_snapshot(&self.inner.dir, data)?;
         } else {
-            // The snapshot file goes first: it is the record that this
-            // reset was decided, and `open` finishes a reset that a crash
-            // interrupted (see `finish_interrupted_install`).
-            write_snapshot(&self.inner.dir, data)?;
+            // The snapshot goes to the install file first: it records that
+            // this reset was decided, and `open` finishes a reset that a
+            // crash interrupted (`finish_interrupted_install`). It becomes
+            // the snapshot file once the store holds what it describes.
+            write_checked(&self.inner.dir, SNAPSHOT_INSTALLING_FILE, data)?;
             log.reset_for_snapshot(last, content.next_phys, &content.queues)?;
+            fs::rename(
+                self.inner.dir.join(SNAPSHOT_INSTALLING_FILE),
+                self.inner.dir.join(SNAPSHOT_FILE),
+            )?;
+            fs::File::open(&self.inner.dir)?.sync_all()?;
         }
         {
             let mut st = write_state(&self.inner.state);
@@ -507,21 +503,28 @@ fn indexes_cover(log: &LogStore, raft_dir: &Path, content: &SnapshotContent) -> 
     Ok(false)
 }
 
-/// A snapshot install by reset writes the snapshot file first, then resets
-/// the store and log. If the log neither holds the snapshot's last entry nor
-/// lists it as purged, a crash came in between: do the reset again (it is
-/// idempotent).
-fn finish_interrupted_install(log: &LogStore, content: &SnapshotContent) -> io::Result<()> {
-    let Some(last) = content.meta.last_log_id else {
+/// A snapshot being installed by reset, until the store is reset to it.
+pub const SNAPSHOT_INSTALLING_FILE: &str = "snapshot.installing.json";
+
+/// A snapshot install by reset writes the install file, resets the store
+/// and log, then renames the file to the snapshot file. If the install file
+/// is there at open, a crash came in between: do the reset again (it is
+/// idempotent) and finish. (Before the install file, an install was
+/// guessed from a log lacking the snapshot's last entry, and a log that
+/// damage had cut below its snapshot was taken for one: its whole log was
+/// dropped.)
+fn finish_interrupted_install(log: &LogStore, raft_dir: &Path) -> io::Result<()> {
+    let Some(json) = read_checked(raft_dir, SNAPSHOT_INSTALLING_FILE)? else {
         return Ok(());
     };
-    let (first, end) = log.bounds();
-    let covered = (first > last.index) || (last.index < end && last.index >= first);
-    if !covered {
+    let content: SnapshotContent = serde_json::from_slice(&json)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{SNAPSHOT_INSTALLING_FILE}: {e}")))?;
+    if let Some(last) = content.meta.last_log_id {
         tracing::warn!(last = %last, "finishing a snapshot install that a crash interrupted");
         log.reset_for_snapshot(last, content.next_phys, &content.queues)?;
     }
-    Ok(())
+    fs::rename(raft_dir.join(SNAPSHOT_INSTALLING_FILE), raft_dir.join(SNAPSHOT_FILE))?;
+    fs::File::open(raft_dir)?.sync_all()
 }
 
 /// Applies a metadata change; `index` is the entry's log index (the handle
@@ -720,7 +723,12 @@ fn apply_batch(
 /// The snapshot file's JSON, its CRC checked (the file is laid out as the
 /// Raft metadata files are: `crate::raft_meta`).
 fn read_snapshot_json(dir: &Path) -> io::Result<Option<Vec<u8>>> {
-    let path = dir.join(SNAPSHOT_FILE);
+    read_checked(dir, SNAPSHOT_FILE)
+}
+
+/// A file laid out as the Raft metadata files are, its CRC checked.
+fn read_checked(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    let path = dir.join(name);
     match fs::read(&path) {
         Ok(bytes) => Ok(Some(crate::raft_meta::verified(&path, &bytes)?.to_vec())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -756,14 +764,19 @@ fn read_snapshot(dir: &Path) -> io::Result<Option<SnapshotContent>> {
 /// Replaces the snapshot file atomically (callers hold the snapshot lock;
 /// the temporary name is unique anyway), with its CRC in front.
 fn write_snapshot(dir: &Path, data: &[u8]) -> io::Result<()> {
+    write_checked(dir, SNAPSHOT_FILE, data)
+}
+
+/// Replaces file `name` atomically, with its CRC in front.
+fn write_checked(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
     let data = &crate::raft_meta::checked(data);
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!("{SNAPSHOT_FILE}.{}.{n}.tmp", std::process::id()));
+    let tmp = dir.join(format!("{name}.{}.{n}.tmp", std::process::id()));
     let mut f = fs::File::create(&tmp)?;
     f.write_all(data)?;
     f.sync_all()?;
-    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+    fs::rename(&tmp, dir.join(name))?;
     fs::File::open(dir)?.sync_all()
 }
 
