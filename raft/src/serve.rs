@@ -337,7 +337,15 @@ struct Counted<IO> {
     /// When to look at `activity` again; a read never touches it, so
     /// the cost is one timer per idle timeout, not one per read.
     idle_check: Pin<Box<tokio::time::Sleep>>,
+    /// Bytes came in since the last look: maybe a request whose call is
+    /// not counted yet (hyper's stream task has not run it).
+    read_since_check: bool,
 }
+
+/// How long an idle connection that just sent bytes is given before it
+/// is closed: a request that came as the timer fired gets its call
+/// counted, instead of being dropped with its connection.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
 
 impl<IO> Counted<IO> {
     fn new(inner: IO, places: (OwnedSemaphorePermit, IpSlot), idle: (Arc<Activity>, Duration)) -> Counted<IO> {
@@ -349,6 +357,7 @@ impl<IO> Counted<IO> {
             activity,
             idle_timeout,
             idle_check: Box::pin(tokio::time::sleep(idle_timeout)),
+            read_since_check: false,
         }
     }
 
@@ -357,8 +366,10 @@ impl<IO> Counted<IO> {
     fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
         while self.idle_check.as_mut().poll(cx).is_ready() {
             let now = tokio::time::Instant::now();
+            let fresh = std::mem::take(&mut self.read_since_check);
             match self.activity.idle_deadline(self.idle_timeout) {
-                Some(at) if at <= now => return true,
+                Some(at) if at <= now && !fresh => return true,
+                Some(at) if at <= now => self.idle_check.as_mut().reset(now + IDLE_GRACE),
                 Some(at) => self.idle_check.as_mut().reset(at),
                 // In use: a call may last long; look again a timeout later.
                 None => self.idle_check.as_mut().reset(now + self.idle_timeout),
@@ -373,6 +384,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
         let this = &mut *self;
         let before = buf.filled().len();
         let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.read_since_check = true;
+        }
         if read.is_pending() && this.idle_expired(cx) {
             return Poll::Ready(Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -524,7 +538,7 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
         let waited = ended.elapsed();
         assert!(
-            waited >= IDLE_TIMEOUT && waited <= IDLE_TIMEOUT + Duration::from_secs(1),
+            waited >= IDLE_TIMEOUT && waited <= IDLE_TIMEOUT + IDLE_GRACE,
             "closed {waited:?} after its last call ended"
         );
     }
