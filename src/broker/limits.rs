@@ -108,6 +108,9 @@ impl Default for LimitsConfig {
 /// and the other state.
 const MAX_INFLIGHT_TOTAL: usize = 2_000_000;
 
+/// The longest keepalive or idle timer a connection may be given.
+const MAX_CONNECTION_TIMER_MS: u64 = 7 * 24 * 3600 * 1000;
+
 impl LimitsConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
@@ -133,6 +136,19 @@ impl LimitsConfig {
         for (name, v) in positive {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!("limits.{name} must be at least 1")));
+            }
+        }
+        // hyper adds these to an Instant: a value near u64::MAX overflows
+        // (a panic in every connection task).
+        for (name, v) in [
+            ("keepalive_interval_ms", self.keepalive_interval_ms),
+            ("keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("idle_connection_timeout_ms", self.idle_connection_timeout_ms),
+        ] {
+            if v > MAX_CONNECTION_TIMER_MS {
+                return Err(ConfigError::Invalid(format!(
+                    "limits.{name} must be at most {MAX_CONNECTION_TIMER_MS} (a week)"
+                )));
             }
         }
         if self.max_inflight_total > MAX_INFLIGHT_TOTAL {

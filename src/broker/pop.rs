@@ -42,9 +42,6 @@ pub const MAX_BATCH: usize = 64;
 /// Most ConsumeQueue units one plan looks at per queue (filters that match
 /// little must not make one receive read a whole queue).
 const MAX_SCAN: u64 = 1024;
-/// Deliveries of more bytes than this are copied out of the log on a
-/// blocking thread ([`Popper::reads`]), fewer on the caller's worker.
-const INLINE_DELIVERY_BYTES: usize = 256 << 10;
 /// Longest invisible time a consumer may ask for (RocketMQ: 12 h).
 pub const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
 
@@ -80,8 +77,6 @@ type PlanningLock = Arc<tokio::sync::Mutex<()>>;
 struct Room {
     messages: usize,
     bytes: ResponseBudget,
-    /// Bytes of the messages taken.
-    taken: usize,
 }
 
 impl Room {
@@ -95,7 +90,6 @@ impl Room {
             return false;
         }
         self.messages -= 1;
-        self.taken += size;
         self.bytes.take(size)
     }
 }
@@ -103,10 +97,8 @@ impl Room {
 /// The leader's consumption logic; one per broker.
 pub struct Popper {
     node: Arc<RaftNode>,
-    /// Plans whose filter reads messages (SQL), and deliveries of more
-    /// than [`INLINE_DELIVERY_BYTES`], run here, off the async workers: a
-    /// plan may read up to [`MAX_SCAN`] messages per queue, a delivery
-    /// copies up to the response bound.
+    /// Plans whose filter reads messages (SQL) run here, off the async
+    /// workers: such a plan may read up to [`MAX_SCAN`] messages per queue.
     reads: Arc<Lane>,
     defaults: GroupDefaults,
     limits: LimitsConfig,
@@ -193,8 +185,6 @@ struct Planned {
     /// in-flight message becomes visible, or a recheck while the group is
     /// at its in-flight bound.
     next_visible_ms: Option<u64>,
-    /// Bytes of the messages planned.
-    bytes: usize,
 }
 
 impl Popper {
@@ -393,15 +383,10 @@ impl Popper {
                 )));
             }
         };
-        // Copied here when small, in the lane when large.
-        let (out, gone) = if planned.bytes > INLINE_DELIVERY_BYTES {
-            let (node, r, plans) = (self.node.clone(), r.clone(), planned.plans);
-            self.reads
-                .run(move || Ok(read_delivered(&node, &r, &seal, &plans, popped)))
-                .await?
-        } else {
-            read_delivered(&self.node, r, &seal, &planned.plans, popped)
-        };
+        // Read here, never after a wait: the pop is committed, and a read
+        // refused or abandoned in a line would leave its messages invisible
+        // (a FIFO queue blocked) until their invisible time ends.
+        let (out, gone) = read_delivered(&self.node, r, &seal, &planned.plans, popped);
         // Deleted by retention meanwhile: nothing to deliver, ever; it must
         // not stay in flight (a FIFO queue would wait for it forever).
         if !gone.is_empty() {
@@ -555,12 +540,10 @@ fn plan(
         plans: Vec::new(),
         dead: Vec::new(),
         next_visible_ms: None,
-        bytes: 0,
     };
     let mut room = Room {
         messages: r.batch.clamp(1, MAX_BATCH),
         bytes: ResponseBudget::new(r.max_bytes),
-        taken: 0,
     };
     for i in 0..queues {
         if room.messages == 0 {
@@ -617,7 +600,6 @@ fn plan(
             planned.plans.push(plan);
         }
     }
-    planned.bytes = room.taken;
     Ok(planned)
 }
 
