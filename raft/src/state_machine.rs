@@ -357,7 +357,11 @@ impl StateMachine {
                     .collect(),
             }
         };
-        // The snapshot may only claim what the indexes have made durable.
+        // The snapshot may only claim what the indexes have made durable;
+        // and the log up to there is made durable too (async flush leaves
+        // it to the flusher), so that a power loss cannot cut the log below
+        // a snapshot (`indexes_cover` then rebuilds at great cost).
+        store.commitlog().flush().map_err(io_err)?;
         store.flush_indexes().map_err(io_err)?;
         Ok(content)
     }
@@ -399,8 +403,9 @@ impl StateMachine {
                     self.apply_entry(e)?;
                 }
             }
-            // The snapshot file names `next_phys` as durable in the indexes
-            // (`durable_dispatch`): make it so before writing it.
+            // The snapshot file names `next_phys` as durable in the log and
+            // the indexes (`durable_dispatch`): make it so before writing it.
+            log.store().commitlog().flush().map_err(io_err)?;
             log.store().flush_indexes().map_err(io_err)?;
             write_snapshot(&self.inner.dir, data)?;
         } else {
