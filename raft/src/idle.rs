@@ -72,29 +72,54 @@ impl Drop for OpenCall {
     }
 }
 
+/// What a connection's `ConnectInfo` (which tonic puts in every request's
+/// extensions) tells of its calls.
+pub trait WithActivity: Send + Sync + 'static {
+    fn activity(&self) -> Option<&Arc<Activity>>;
+}
+
 /// The tower layer that counts calls into their connection's [`Activity`],
-/// found in the request's extensions (put there by the connection's
-/// `ConnectInfo`, [`crate::tls::PeerInfo`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CountCallsLayer;
+/// found through the connection's `ConnectInfo` `I` in the request's
+/// extensions ([`crate::tls::PeerInfo`] on every raftmq port).
+#[derive(Debug)]
+pub struct CountCallsLayer<I>(std::marker::PhantomData<fn() -> I>);
 
-impl<S> tower_layer::Layer<S> for CountCallsLayer {
-    type Service = CountCalls<S>;
-
-    fn layer(&self, inner: S) -> CountCalls<S> {
-        CountCalls(inner)
+impl<I> Default for CountCallsLayer<I> {
+    fn default() -> Self {
+        CountCallsLayer(std::marker::PhantomData)
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct CountCalls<S>(S);
+impl<I> Clone for CountCallsLayer<I> {
+    fn clone(&self) -> Self {
+        CountCallsLayer::default()
+    }
+}
 
-impl<S, B, RB> Service<Request<B>> for CountCalls<S>
+impl<S, I> tower_layer::Layer<S> for CountCallsLayer<I> {
+    type Service = CountCalls<S, I>;
+
+    fn layer(&self, inner: S) -> CountCalls<S, I> {
+        CountCalls(inner, std::marker::PhantomData)
+    }
+}
+
+#[derive(Debug)]
+pub struct CountCalls<S, I>(S, std::marker::PhantomData<fn() -> I>);
+
+impl<S: Clone, I> Clone for CountCalls<S, I> {
+    fn clone(&self) -> Self {
+        CountCalls(self.0.clone(), std::marker::PhantomData)
+    }
+}
+
+impl<S, I, B, RB> Service<Request<B>> for CountCalls<S, I>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Future: Send + 'static,
     S::Error: 'static,
     RB: 'static,
+    I: WithActivity,
 {
     type Response = Response<Counted<RB>>;
     type Error = S::Error;
@@ -107,7 +132,7 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let call = req
             .extensions()
-            .get::<crate::tls::PeerInfo>()
+            .get::<I>()
             .and_then(|p| p.activity())
             .map(|a| a.begin());
         let answer = self.0.call(req);

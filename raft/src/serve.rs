@@ -14,7 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::transport::server::{Connected, Router};
 
 use crate::idle::{Activity, CountCallsLayer};
-use crate::tls::conn::Conn;
+use crate::tls::conn::{Conn, PeerInfo};
 use crate::tls::{ClientAuth, Material};
 
 /// HTTP/2 keepalive: an idle connection is pinged every `interval`, and
@@ -45,7 +45,7 @@ pub const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
 /// The tower layers of every raftmq server, as [`builder`] stacks them.
-pub type Layers = tower_layer::Stack<CountCallsLayer, tower_layer::Identity>;
+pub type Layers = tower_layer::Stack<CountCallsLayer<PeerInfo>, tower_layer::Identity>;
 
 /// A tonic server with the limits every raftmq port keeps: at most
 /// `max_streams` concurrent streams per connection (tonic's default is
@@ -61,7 +61,7 @@ pub fn builder(max_streams: u32, keepalive: Keepalive) -> tonic::transport::Serv
         .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESETS))
         .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
         .tcp_keepalive(Some(keepalive.interval))
-        .layer(CountCallsLayer)
+        .layer(CountCallsLayer::<PeerInfo>::default())
 }
 
 /// How a port holds connections: `total` at once, and `per_ip` from any

@@ -59,14 +59,16 @@ impl PeerInfo {
         (*self.node).clone()
     }
 
-    /// The connection's open calls, counted by [`crate::idle::CountCallsLayer`].
-    pub fn activity(&self) -> Option<&Arc<Activity>> {
-        self.activity.as_ref()
-    }
-
     /// [`PeerInfo::node`] of a request's connection.
     pub fn node_of<T>(r: &tonic::Request<T>) -> Result<Option<NodeIdentity>, String> {
         PeerInfo::of(r).map_or(Ok(None), PeerInfo::node)
+    }
+}
+
+/// The connection's open calls, counted by [`crate::idle::CountCallsLayer`].
+impl crate::idle::WithActivity for PeerInfo {
+    fn activity(&self) -> Option<&Arc<Activity>> {
+        self.activity.as_ref()
     }
 }
 
