@@ -58,6 +58,11 @@ fn cut(path: &Path, len: u64) {
         .unwrap();
 }
 
+/// What node `id` logged.
+fn node_log(c: &Cluster, id: u64) -> String {
+    std::fs::read_to_string(c.dir.join(format!("node{id}.log"))).unwrap()
+}
+
 /// A follower (not `leader`).
 fn follower(leader: u64) -> u64 {
     if leader == 1 { 2 } else { 1 }
@@ -119,7 +124,7 @@ async fn damaged_files_are_noticed_and_repaired_from_the_group() {
     c.spawn(l);
     send_more(&mut c, &mut acked, 10).await;
     whole(&mut c, &acked, "a commitlog cut short").await;
-    let log = std::fs::read_to_string(c.dir.join(format!("node{l}.log"))).unwrap();
+    let log = node_log(&c, l);
     assert!(log.contains("entries were lost to damage"), "node {l} noticed its loss");
     assert!(log.contains("voting again"), "node {l} caught up and votes again");
 
@@ -149,11 +154,40 @@ async fn damaged_files_are_noticed_and_repaired_from_the_group() {
     c.spawn(l);
     send_more(&mut c, &mut acked, 10).await;
     whole(&mut c, &acked, "a log index cut short").await;
-    let log = std::fs::read_to_string(c.dir.join(format!("node{l}.log"))).unwrap();
+    let log = node_log(&c, l);
     assert!(
         log.contains("rebuilding it from the commitlog"),
         "node {l} rebuilt its log index"
     );
+}
+
+/// The damage tests below share their shape: a group that took snapshots
+/// (every 20 entries) of most of its log; a follower stopped (or killed,
+/// as the jepsen nemesis does, so that recovery cuts a torn log rather
+/// than refusing a clean store's damage); `damage` done to its files; the
+/// follower back; more sends; then every node whole, and the follower's
+/// log saying it `noticed`.
+async fn damage_below_the_snapshot(kill: bool, damage: impl FnOnce(&Path), what: &str, noticed: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "sync", "snapshot_every = 20\n");
+    c.create_topic("T", 1, "").await;
+    let mut acked = BTreeMap::new();
+    send_more(&mut c, &mut acked, 60).await;
+    whole(&mut c, &acked, "the first sends").await;
+
+    let f = follower(c.leader().await);
+    if kill {
+        c.kill(f);
+    } else {
+        assert!(c.stop(f).success());
+    }
+    let node = node_dir(&c, f);
+    assert!(node.join("raft/snapshot.json").exists(), "node {f} took a snapshot");
+    damage(&node);
+    c.spawn(f);
+    send_more(&mut c, &mut acked, 10).await;
+    whole(&mut c, &acked, what).await;
+    assert!(node_log(&c, f).contains(noticed), "node {f} noticed");
 }
 
 /// The checkpoint cut short on a follower whose snapshot covers most of
@@ -164,23 +198,13 @@ async fn damaged_files_are_noticed_and_repaired_from_the_group() {
 /// they were flushed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_checkpoint_keeps_the_queues_the_snapshot_covers() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = Cluster::start_with(dir.path(), 3, "sync", "snapshot_every = 20\n");
-    c.create_topic("T", 1, "").await;
-    let mut acked = BTreeMap::new();
-    send_more(&mut c, &mut acked, 60).await;
-    whole(&mut c, &acked, "the first sends").await;
-
-    let f = follower(c.leader().await);
-    assert!(c.stop(f).success());
-    let raft = node_dir(&c, f).join("raft");
-    assert!(raft.join("snapshot.json").exists(), "node {f} took a snapshot");
-    cut(&node_dir(&c, f).join("checkpoint"), 23);
-    c.spawn(f);
-    send_more(&mut c, &mut acked, 10).await;
-    whole(&mut c, &acked, "a checkpoint cut short").await;
-    let log = std::fs::read_to_string(c.dir.join(format!("node{f}.log"))).unwrap();
-    assert!(log.contains("ignoring damaged checkpoint"), "node {f} noticed");
+    damage_below_the_snapshot(
+        false,
+        |node| cut(&node.join("checkpoint"), 23),
+        "a checkpoint cut short",
+        "ignoring damaged checkpoint",
+    )
+    .await;
 }
 
 /// A follower's CommitLog cut below what its snapshot covers (found by a
@@ -190,26 +214,14 @@ async fn a_lost_checkpoint_keeps_the_queues_the_snapshot_covers() {
 /// applies its whole log again, so their queue units are written again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_cut_below_the_snapshot_is_applied_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = Cluster::start_with(dir.path(), 3, "sync", "snapshot_every = 20\n");
-    c.create_topic("T", 1, "").await;
-    let mut acked = BTreeMap::new();
-    send_more(&mut c, &mut acked, 60).await;
-    whole(&mut c, &acked, "the first sends").await;
-
-    // Killed, as the campaign's nemesis does: recovery then cuts the log
-    // at its last whole record instead of refusing a clean store's damage.
-    let f = follower(c.leader().await);
-    c.kill(f);
-    assert!(
-        node_dir(&c, f).join("raft/snapshot.json").exists(),
-        "node {f} took a snapshot"
-    );
-    let segment = last_file(&node_dir(&c, f).join("commitlog"));
-    cut(&segment, written(&segment) / 4);
-    c.spawn(f);
-    send_more(&mut c, &mut acked, 10).await;
-    whole(&mut c, &acked, "a commitlog cut below the snapshot").await;
-    let log = std::fs::read_to_string(c.dir.join(format!("node{f}.log"))).unwrap();
-    assert!(log.contains("setting the snapshot aside"), "node {f} noticed");
+    damage_below_the_snapshot(
+        true,
+        |node| {
+            let segment = last_file(&node.join("commitlog"));
+            cut(&segment, written(&segment) / 4);
+        },
+        "a commitlog cut below the snapshot",
+        "setting the snapshot aside",
+    )
+    .await;
 }
