@@ -218,13 +218,7 @@ async fn admin_calls_are_checked_on_the_topic_or_group_they_name() {
     )
     .await;
     let ops = creds("ops", "ops-secret");
-    let topic = |name: &str| pb::PutTopicRequest {
-        name: name.into(),
-        read_queues: 1,
-        write_queues: 1,
-        perm: 6,
-        message_type: String::new(),
-    };
+    let topic = |name: &str| common::topic_request(name, 1, "");
     v1(&l).put_topic(as_user(&ops, topic("own-1"))).await.unwrap();
     v1(&l)
         .get_topic(as_user(&ops, pb::GetTopicRequest { name: "own-1".into() }))

@@ -145,13 +145,7 @@ async fn bad_requests_get_clear_errors() {
     let e = client.send(send("T", 0, 5 << 20)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
     let e = client
-        .put_topic(pb::PutTopicRequest {
-            name: "bad/name".into(),
-            read_queues: 1,
-            write_queues: 1,
-            perm: 6,
-            message_type: String::new(),
-        })
+        .put_topic(common::topic_request("bad/name", 1, ""))
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");

@@ -53,13 +53,7 @@ async fn each_limit_refuses_the_one_past_it_and_the_node_serves_on() {
     let e = c
         .client(node)
         .await
-        .put_topic(raftmq::proto::pb::PutTopicRequest {
-            name: "T4".into(),
-            read_queues: 1,
-            write_queues: 1,
-            perm: 6,
-            message_type: String::new(),
-        })
+        .put_topic(common::topic_request("T4", 1, ""))
         .await
         .unwrap_err();
     assert!(e.message().contains("limits.max_topics"), "{e}");

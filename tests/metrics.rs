@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, Namesrv, http_get, scrape, sum_of, wait_listening};
 use raftmq::client::{Client, Outgoing};
-use raftmq::proto::pb;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lag_sends_raft_and_store_metrics() {
@@ -15,16 +14,7 @@ async fn lag_sends_raft_and_store_metrics() {
     let mut cluster = Cluster::start(dir.path(), 3, "sync");
     let leader = cluster.leader().await;
     let mut admin = cluster.client(leader).await;
-    admin
-        .put_topic(pb::PutTopicRequest {
-            name: "M".into(),
-            read_queues: 2,
-            write_queues: 2,
-            perm: 6,
-            message_type: String::new(),
-        })
-        .await
-        .unwrap();
+    admin.put_topic(common::topic_request("M", 2, "")).await.unwrap();
     let access: Vec<String> = cluster.nodes.iter().map(|n| n.client_addr.clone()).collect();
     let client = Client::connect(&access.join(";")).unwrap();
     const N: usize = 20;

@@ -16,6 +16,17 @@ pub mod dev;
 pub mod scenario;
 pub mod v2;
 
+/// A read-write topic of `queues` queues (`message_type` "" is NORMAL).
+pub fn topic_request(name: &str, queues: u32, message_type: &str) -> pb::PutTopicRequest {
+    pb::PutTopicRequest {
+        name: name.into(),
+        read_queues: queues,
+        write_queues: queues,
+        perm: 6,
+        message_type: message_type.into(),
+    }
+}
+
 /// A port nothing listens on, below the OS's ephemeral range: a port picked
 /// there cannot be taken by an outgoing connection's local end between the
 /// pick and the server's bind (which port 0 allows). Never the same twice in
@@ -171,15 +182,7 @@ impl Cluster {
         let mut admin = self.client(1).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let r = admin
-                .put_topic(pb::PutTopicRequest {
-                    name: name.into(),
-                    read_queues: queues,
-                    write_queues: queues,
-                    perm: 6,
-                    message_type: message_type.into(),
-                })
-                .await;
+            let r = admin.put_topic(topic_request(name, queues, message_type)).await;
             match r {
                 Ok(_) => return,
                 Err(e) if Instant::now() < deadline => {

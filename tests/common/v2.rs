@@ -62,35 +62,13 @@ pub async fn receive(
     invisible_s: i64,
     wait_ms: i32,
 ) -> (Code, Vec<v2::Message>) {
-    let req = v2::ReceiveMessageRequest {
-        group: resource(group),
-        message_queue: Some(v2::MessageQueue {
-            topic: resource(topic),
-            ..Default::default()
-        }),
-        filter_expression: Some(filter),
-        batch_size: 32,
-        invisible_duration: Some(prost_types::Duration {
-            seconds: invisible_s,
-            nanos: 0,
-        }),
-        auto_renew: false,
-        long_polling_timeout: Some(prost_types::Duration {
-            seconds: i64::from(wait_ms / 1000),
-            nanos: (wait_ms % 1000) * 1_000_000,
-        }),
-        attempt_id: None,
-    };
-    let mut stream = c.receive_message(req).await.unwrap().into_inner();
-    let (mut status, mut messages, mut delivery_ts) = (Code::Unspecified, Vec::new(), false);
-    while let Some(r) = stream.message().await.unwrap() {
-        match r.content {
-            Some(v2::receive_message_response::Content::Status(s)) => status = Code::try_from(s.code).unwrap(),
-            Some(v2::receive_message_response::Content::Message(m)) => messages.push(m),
-            Some(v2::receive_message_response::Content::DeliveryTimestamp(_)) => delivery_ts = true,
-            None => panic!("empty response item"),
-        }
-    }
+    let mut req = receive_req(group, topic, 32, wait_ms);
+    req.filter_expression = Some(filter);
+    req.invisible_duration = Some(prost_types::Duration {
+        seconds: invisible_s,
+        nanos: 0,
+    });
+    let (status, messages, delivery_ts) = collect(c.receive_message(req).await.unwrap().into_inner(), true).await;
     if matches!(status, Code::Ok | Code::MessageNotFound) {
         assert!(delivery_ts, "a receive ends with the delivery timestamp");
     }
@@ -160,16 +138,30 @@ pub async fn receive_as(
     client_id: &str,
     req: v2::ReceiveMessageRequest,
 ) -> (Code, Vec<v2::Message>) {
-    let mut stream = c.receive_message(with_id(req, client_id)).await.unwrap().into_inner();
-    let (mut status, mut messages) = (Code::Unspecified, Vec::new());
+    let (status, messages, _) = collect(
+        c.receive_message(with_id(req, client_id)).await.unwrap().into_inner(),
+        false,
+    )
+    .await;
+    (status, messages)
+}
+
+/// A receive's answer: its status, its messages, and whether it ended with
+/// the delivery timestamp; `strict`: an empty item fails the test.
+async fn collect(
+    mut stream: tonic::Streaming<v2::ReceiveMessageResponse>,
+    strict: bool,
+) -> (Code, Vec<v2::Message>, bool) {
+    let (mut status, mut messages, mut delivery_ts) = (Code::Unspecified, Vec::new(), false);
     while let Some(r) = stream.message().await.unwrap() {
         match r.content {
             Some(v2::receive_message_response::Content::Status(s)) => status = Code::try_from(s.code).unwrap(),
             Some(v2::receive_message_response::Content::Message(m)) => messages.push(m),
-            _ => {}
+            Some(v2::receive_message_response::Content::DeliveryTimestamp(_)) => delivery_ts = true,
+            None => assert!(!strict, "empty response item"),
         }
     }
-    (status, messages)
+    (status, messages, delivery_ts)
 }
 
 pub fn receipt_of(m: &v2::Message) -> String {
