@@ -121,9 +121,9 @@ where
     RB: 'static,
     I: WithActivity,
 {
-    type Response = Response<Counted<RB>>;
+    type Response = Response<CountedBody<RB>>;
     type Error = S::Error;
-    type Future = BoxFuture<Response<Counted<RB>>, S::Error>;
+    type Future = BoxFuture<Response<CountedBody<RB>>, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.0.poll_ready(cx)
@@ -138,19 +138,19 @@ where
         let answer = self.0.call(req);
         Box::pin(async move {
             let response = answer.await?;
-            Ok(response.map(|body| Counted { body, _call: call }))
+            Ok(response.map(|body| CountedBody { body, _call: call }))
         })
     }
 }
 
 /// A response body that keeps its call open until it is dropped.
 #[derive(Debug)]
-pub struct Counted<B> {
+pub struct CountedBody<B> {
     body: B,
     _call: Option<OpenCall>,
 }
 
-impl<B: http_body::Body + Unpin> http_body::Body for Counted<B> {
+impl<B: http_body::Body + Unpin> http_body::Body for CountedBody<B> {
     type Data = B::Data;
     type Error = B::Error;
 
