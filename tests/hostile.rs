@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::v2::*;
-use common::{Cluster, replicas_whole, send_retrying};
+use common::{Cluster, still_whole};
 use raftmq::proto::pb;
 use raftmq::proto::rocketmq::v2;
 use raftmq::proto::rocketmq::v2::Code;
@@ -26,35 +26,6 @@ use tonic::transport::{Channel, Endpoint, Uri};
 const LIMITS: &str = "[limits]\nmax_connections = 64\nmax_long_polls_per_client = 2\nmax_groups = 4\n\
                       max_inflight_per_queue = 5\nmax_inflight_per_group = 8\nmax_response_bytes = 1048576\n\
                       max_requests_per_client_per_s = 50\n";
-
-/// Resident memory of a process, from /proc.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
-/// What must hold after every hostile input: all nodes up and small, the
-/// acknowledged messages where they were on every node, a new send and
-/// read working, the replicas identical.
-async fn still_whole(c: &mut Cluster, acked: &mut BTreeMap<(u32, u64), u64>, what: &str) {
-    c.check_alive();
-    for n in &c.nodes {
-        let rss = rss_bytes(n.child.as_ref().unwrap().id());
-        assert!(rss < 600 << 20, "after {what}: node {} uses {} MiB", n.id, rss >> 20);
-    }
-    let leader = c.leader().await;
-    let mut client = c.client(leader).await;
-    let i = acked.len() as u64 + 1_000_000;
-    let offset = send_retrying(&mut client, 0, i).await;
-    acked.insert((0, offset), i);
-    replicas_whole(c, acked, what).await;
-}
 
 /// Sends message `msg-<i>` to T through v2 and records it as acknowledged;
 /// its offset.

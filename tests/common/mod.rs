@@ -556,3 +556,32 @@ pub async fn replicas_whole(c: &Cluster, acked: &BTreeMap<(u32, u64), u64>, what
         check_reads(c, id, acked, 1).await;
     }
 }
+
+/// Resident memory of a process, from /proc.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// What must hold after every hostile input: all nodes up and small, the
+/// acknowledged messages where they were on every node, a new send and
+/// read working, the replicas identical.
+pub async fn still_whole(c: &mut Cluster, acked: &mut BTreeMap<(u32, u64), u64>, what: &str) {
+    c.check_alive();
+    for n in &c.nodes {
+        let rss = rss_bytes(n.child.as_ref().unwrap().id());
+        assert!(rss < 600 << 20, "after {what}: node {} uses {} MiB", n.id, rss >> 20);
+    }
+    let leader = c.leader().await;
+    let mut client = c.client(leader).await;
+    let i = acked.len() as u64 + 1_000_000;
+    let offset = send_retrying(&mut client, 0, i).await;
+    acked.insert((0, offset), i);
+    replicas_whole(c, acked, what).await;
+}
