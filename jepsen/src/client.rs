@@ -183,6 +183,18 @@ pub fn not_connected<T>(out: &Outcome<T>) -> bool {
     matches!(out, Outcome::Fail(e) if e.starts_with(NOT_CONNECTED))
 }
 
+/// Whether the node itself answered: a result, or a status the broker
+/// wrote (a v2 code, or gRPC's access refusals), as opposed to a deadline
+/// or a broken connection.
+pub fn answered<T>(out: &Outcome<T>) -> bool {
+    match out {
+        Outcome::Ok(_) => true,
+        Outcome::Fail(e) | Outcome::Unknown(e) => {
+            e.split(':').next().is_some_and(|c| c.parse::<i32>().is_ok()) || is_access_refusal(e)
+        }
+    }
+}
+
 /// Sorts a v2 status that is not OK.
 fn refused<T>(status: Option<&v2::Status>) -> Outcome<T> {
     let (code, message) = status.map_or((0, "no status"), |s| (s.code, s.message.as_str()));
@@ -464,5 +476,24 @@ impl Client {
             }
             Err(s) => transport(s),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_is_an_answer_and_a_deadline_is_not() {
+        assert!(answered(&Outcome::Ok(())));
+        assert!(answered::<()>(&Outcome::Unknown(
+            "50400: outcome unknown: leader 1 stopped leading".into()
+        )));
+        assert!(answered::<()>(&Outcome::Fail("50002: unavailable".into())));
+        let deadline = transport::<()>(tonic::Status::cancelled("Timeout expired"));
+        assert!(!answered(&deadline));
+        assert!(!answered::<()>(&Outcome::Fail(format!(
+            "{NOT_CONNECTED}connection refused"
+        ))));
     }
 }

@@ -129,6 +129,10 @@ struct TestArgs {
     /// runs as a Normal user allowed Pub and Sub on every topic and group.
     #[arg(long)]
     secure: bool,
+    /// Membership moves on a schedule of their own, overlapping the other
+    /// faults (never on the node another fault holds).
+    #[arg(long)]
+    overlap: bool,
 }
 
 fn main() {
@@ -178,6 +182,7 @@ fn test(a: TestArgs, campaign: Option<u64>) -> anyhow::Result<bool> {
         store: a.store,
         self_test: a.self_test,
         secure: a.secure,
+        overlap: a.overlap,
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use rand::Rng;
 use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
 
 use crate::cluster::{CLIENT_PORT, Cli, Cluster, GROUP, RAFT_PORT};
 use crate::observations::MemberView;
@@ -68,11 +69,14 @@ fn cli_and_namesrv(cluster: &Mutex<Cluster>) -> (Cli, String) {
 }
 
 /// Starts one move; returns what to undo and the history's description.
+/// Leadership moves to a node of `free` (the nodes no other fault holds);
+/// `claim` picks the node to remove and holds it for the nemesis.
 pub async fn start(
     cluster: &Mutex<Cluster>,
     rng: &mut StdRng,
     leader: Option<u64>,
-    n: u64,
+    free: &[u64],
+    claim: impl FnOnce(&mut StdRng) -> Option<(u64, &'static str)>,
 ) -> anyhow::Result<(Undo, String)> {
     let (cli, ns) = cli_and_namesrv(cluster);
     let move_kind = rng.random_range(0..3);
@@ -80,11 +84,12 @@ pub async fn start(
         let Some(from) = leader else {
             return Ok((Undo::Nothing, "no leader to transfer leadership from".to_string()));
         };
-        let to = loop {
-            let to = rng.random_range(1..=n);
-            if to != from {
-                break to;
-            }
+        let others: Vec<u64> = free.iter().copied().filter(|&to| to != from).collect();
+        let Some(&to) = others.choose(rng) else {
+            return Ok((
+                Undo::Nothing,
+                format!("no free node to transfer leadership to from node {from}"),
+            ));
         };
         let out = cluster_command(&cli, &ns, "transfer-leader", &["--to", &to.to_string()]).await;
         let what = match out {
@@ -96,9 +101,8 @@ pub async fn start(
             format!("leadership from node {from} to node {to}: {what}"),
         ));
     }
-    let (id, why) = match leader {
-        Some(l) if rng.random_bool(0.5) => (l, "leader"),
-        _ => (rng.random_range(1..=n), "random node"),
+    let Some((id, why)) = claim(rng) else {
+        return Ok((Undo::Nothing, "no free node to remove".to_string()));
     };
     let removed = cluster_command(&cli, &ns, "remove-node", &["--node-id", &id.to_string()]).await;
     // Killed whatever the answer: a removal that failed half-way (after

@@ -14,16 +14,20 @@
 //! | `clock` | skew the wall clock of the leader or a random node by ±0.1 s to ±10 min (log-uniform; the broker's `clock_offset_file`) | set it back |
 //!
 //! Faults come one at a time: one every `interval` on average, each held
-//! for half to all of an interval. The order and the targets come from the
-//! seed; when they happen depends on the run, so a seed replays the same
-//! choices, not the same timing.
+//! for half to all of an interval. With `overlap`, membership moves run on
+//! a schedule of their own beside the other faults, so a node is removed
+//! or added back while another is killed, paused, cut off or damaged (the
+//! mix that lost data in Redpanda and NATS); the two never pick the same
+//! node, and while one holds a node the other leaves it alone. The order
+//! and the targets come from the seed; when they happen depends on the
+//! run, so a seed replays the same choices, not the same timing.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
 use crate::cluster::{Cluster, MetricsAddr, scrape};
@@ -102,12 +106,61 @@ enum Active {
     Filled(u64),
 }
 
+impl Active {
+    /// The node the fault holds, if it is on one node.
+    fn node(&self) -> Option<u64> {
+        match *self {
+            Active::Killed(id) | Active::Paused(id) | Active::Skewed(id) | Active::Filled(id) => Some(id),
+            Active::Members(Undo::Readd { id, .. }) => Some(id),
+            Active::Cut | Active::Members(Undo::Nothing) => None,
+        }
+    }
+}
+
 pub struct Nemesis {
     pub cluster: Arc<Mutex<Cluster>>,
     pub faults: Vec<Fault>,
     pub interval: Duration,
     pub seed: u64,
+    /// Membership moves on their own schedule, overlapping the others.
+    pub overlap: bool,
     pub recorder: Recorder,
+}
+
+/// The nodes a running fault holds (killed, paused, removed, damaged,
+/// skewed or filled); an overlapping fault picks among the others.
+#[derive(Default)]
+struct Held(Mutex<Vec<u64>>);
+
+impl Held {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The nodes no fault holds.
+    fn free(&self, n: u64) -> Vec<u64> {
+        let held = self.lock();
+        (1..=n).filter(|id| !held.contains(id)).collect()
+    }
+
+    /// Picks the node a fault hits and holds it, in one step so that an
+    /// overlapping fault cannot pick it meanwhile: the leader half the
+    /// time (when it is free), otherwise a free node at random; `None`
+    /// when every node is held.
+    fn claim(&self, rng: &mut StdRng, leader: Option<u64>, n: u64) -> Option<(u64, &'static str)> {
+        let mut held = self.lock();
+        let free: Vec<u64> = (1..=n).filter(|id| !held.contains(id)).collect();
+        let picked = match leader {
+            Some(l) if free.contains(&l) && rng.random_bool(0.5) => Some((l, "leader")),
+            _ => free.choose(rng).map(|&id| (id, "random node")),
+        }?;
+        held.push(picked.0);
+        Some(picked)
+    }
+
+    fn release(&self, id: u64) {
+        self.lock().retain(|&h| h != id);
+    }
 }
 
 fn lock(c: &Mutex<Cluster>) -> std::sync::MutexGuard<'_, Cluster> {
@@ -136,95 +189,53 @@ pub async fn leader(cluster: &Mutex<Cluster>) -> Option<u64> {
 }
 
 impl Nemesis {
-    /// Injects faults until `until`, then heals whatever is still broken.
+    /// Injects faults until `until`; each is healed before its schedule
+    /// ends (the run heals anything left after).
     pub async fn run(self, until: Instant) -> anyhow::Result<()> {
-        let mut rng = StdRng::seed_from_u64(self.seed ^ 0x006e_656d_6573_6973);
         if self.faults.is_empty() {
             tokio::time::sleep_until(until.into()).await;
             return Ok(());
         }
+        let held = Held::default();
+        let rng = StdRng::seed_from_u64(self.seed ^ 0x006e_656d_6573_6973);
+        let others: Vec<Fault> = self
+            .faults
+            .iter()
+            .copied()
+            .filter(|&f| f != Fault::Membership)
+            .collect();
+        if !self.overlap || others.is_empty() || others.len() == self.faults.len() {
+            // Let the cluster settle and the workload start before the first.
+            return self.schedule(&self.faults, rng, self.interval / 2, until, &held).await;
+        }
+        let members_rng = StdRng::seed_from_u64(self.seed ^ 0x006d_656d_6265_7273);
+        tokio::try_join!(
+            self.schedule(&others, rng, self.interval / 2, until, &held),
+            self.schedule(&[Fault::Membership], members_rng, self.interval, until, &held),
+        )?;
+        Ok(())
+    }
+
+    /// One schedule: after `first`, faults drawn from `faults` one at a
+    /// time until `until`, each healed before the next.
+    async fn schedule(
+        &self,
+        faults: &[Fault],
+        mut rng: StdRng,
+        first: Duration,
+        until: Instant,
+        held: &Held,
+    ) -> anyhow::Result<()> {
         let n = lock(&self.cluster).nodes.len() as u64;
-        // Let the cluster settle and the workload start before the first.
-        tokio::time::sleep(self.interval / 2).await;
+        tokio::time::sleep(first).await;
         while Instant::now() + self.interval < until {
-            let fault = self.faults[rng.random_range(0..self.faults.len())];
-            let target = |rng: &mut StdRng, leader: Option<u64>| match leader {
-                Some(l) if rng.random_bool(0.5) => (l, "leader"),
-                _ => (rng.random_range(1..=n), "random node"),
+            let fault = faults[rng.random_range(0..faults.len())];
+            let started = self.start(fault, &mut rng, n, held).await;
+            let Some((active, detail)) = started? else {
+                tokio::time::sleep(self.interval / 2).await;
+                continue;
             };
-            let (active, detail) = match fault {
-                Fault::Kill => {
-                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
-                    lock(&self.cluster).kill(id)?;
-                    (Active::Killed(id), format!("killed node {id} ({why})"))
-                }
-                Fault::Pause => {
-                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
-                    lock(&self.cluster).pause(id)?;
-                    (Active::Paused(id), format!("paused node {id} ({why})"))
-                }
-                Fault::Partition => {
-                    let l = leader(&self.cluster).await;
-                    let (sides, cuts, what) = partition(&mut rng, n, l);
-                    let c = lock(&self.cluster);
-                    for &(x, y) in &cuts {
-                        c.net.cut(&[x], &[y])?;
-                    }
-                    (Active::Cut, format!("{what}: {sides}"))
-                }
-                Fault::Loss => {
-                    lock(&self.cluster).net.lose(0.2)?;
-                    (Active::Cut, "20% of packets dropped at every node".to_string())
-                }
-                Fault::Power => {
-                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
-                    let lost = lock(&self.cluster).power_loss(id)?;
-                    (
-                        Active::Killed(id),
-                        format!(
-                            "node {id} ({why}) lost power: up to {} un-fsynced bytes in {} files dropped",
-                            lost.bytes, lost.files
-                        ),
-                    )
-                }
-                Fault::Corrupt => {
-                    // Damage on one node only: a minority of any group of three or more.
-                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
-                    let damage = lock(&self.cluster).corrupt(id, &mut rng)?;
-                    let what = match damage {
-                        Some(d) => d.to_string(),
-                        None => "no data file yet".to_string(),
-                    };
-                    (Active::Killed(id), format!("node {id} ({why}) killed, then {what}"))
-                }
-                Fault::Membership => {
-                    let (undo, what) =
-                        membership::start(&self.cluster, &mut rng, leader(&self.cluster).await, n).await?;
-                    (Active::Members(undo), what)
-                }
-                Fault::DiskFull => {
-                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
-                    let last_byte = rng.random_bool(0.5);
-                    let filled = lock(&self.cluster).fill_disk(id, last_byte)?;
-                    let how = if last_byte {
-                        "to the last byte"
-                    } else {
-                        "past the watermark"
-                    };
-                    (
-                        Active::Filled(id),
-                        format!("node {id}'s ({why}) disk filled {how}: {filled}"),
-                    )
-                }
-                Fault::Clock => {
-                    let (id, why) = target(&mut rng, leader(&self.cluster).await);
-                    // Log-uniform from 100 ms to 10 min, either way.
-                    let magnitude = 10f64.powf(rng.random_range(2.0..=5.78)) as i64;
-                    let ms = if rng.random_bool(0.5) { magnitude } else { -magnitude };
-                    lock(&self.cluster).set_clock_offset(id, ms)?;
-                    (Active::Skewed(id), format!("node {id} ({why}) clock {ms:+} ms"))
-                }
-            };
+            let node = active.node();
             self.log(NemesisAction::Start, fault, &detail);
             let hold = self.interval.mul_f64(rng.random_range(0.5..=1.0));
             tokio::time::sleep(hold).await;
@@ -235,6 +246,9 @@ impl Nemesis {
                     String::new()
                 }
             };
+            if let Some(id) = node {
+                held.release(id);
+            }
             let detail = if healed.is_empty() {
                 detail
             } else {
@@ -244,6 +258,101 @@ impl Nemesis {
             tokio::time::sleep(self.interval.mul_f64(rng.random_range(0.5..=1.0))).await;
         }
         Ok(())
+    }
+    /// Starts `fault`; a fault on one node holds it in `held` (released
+    /// when healed). `None` when it needs a node and none is free.
+    async fn start(
+        &self,
+        fault: Fault,
+        rng: &mut StdRng,
+        n: u64,
+        held: &Held,
+    ) -> anyhow::Result<Option<(Active, String)>> {
+        // The node a fault on one node hits, held from here on.
+        macro_rules! node {
+            () => {
+                match held.claim(rng, leader(&self.cluster).await, n) {
+                    Some(t) => t,
+                    None => return Ok(None),
+                }
+            };
+        }
+        Ok(Some(match fault {
+            Fault::Kill => {
+                let (id, why) = node!();
+                lock(&self.cluster).kill(id)?;
+                (Active::Killed(id), format!("killed node {id} ({why})"))
+            }
+            Fault::Pause => {
+                let (id, why) = node!();
+                lock(&self.cluster).pause(id)?;
+                (Active::Paused(id), format!("paused node {id} ({why})"))
+            }
+            Fault::Partition => {
+                let l = leader(&self.cluster).await;
+                let (sides, cuts, what) = partition(rng, n, l);
+                let c = lock(&self.cluster);
+                for &(x, y) in &cuts {
+                    c.net.cut(&[x], &[y])?;
+                }
+                (Active::Cut, format!("{what}: {sides}"))
+            }
+            Fault::Loss => {
+                lock(&self.cluster).net.lose(0.2)?;
+                (Active::Cut, "20% of packets dropped at every node".to_string())
+            }
+            Fault::Power => {
+                let (id, why) = node!();
+                let lost = lock(&self.cluster).power_loss(id)?;
+                (
+                    Active::Killed(id),
+                    format!(
+                        "node {id} ({why}) lost power: up to {} un-fsynced bytes in {} files dropped",
+                        lost.bytes, lost.files
+                    ),
+                )
+            }
+            Fault::Corrupt => {
+                // Damage on one node only: a minority of any group of three
+                // or more (and with `overlap`, the node a membership move
+                // holds is never the one damaged).
+                let (id, why) = node!();
+                let damage = lock(&self.cluster).corrupt(id, rng)?;
+                let what = match damage {
+                    Some(d) => d.to_string(),
+                    None => "no data file yet".to_string(),
+                };
+                (Active::Killed(id), format!("node {id} ({why}) killed, then {what}"))
+            }
+            Fault::Membership => {
+                let l = leader(&self.cluster).await;
+                let free = held.free(n);
+                let (undo, what) = membership::start(&self.cluster, rng, l, &free, |rng| held.claim(rng, l, n)).await?;
+                (Active::Members(undo), what)
+            }
+            Fault::DiskFull => {
+                let (id, why) = node!();
+                let last_byte = rng.random_bool(0.5);
+                let filled = lock(&self.cluster).fill_disk(id, last_byte)?;
+                let how = if last_byte {
+                    "to the last byte"
+                } else {
+                    "past the watermark"
+                };
+                (
+                    Active::Filled(id),
+                    format!("node {id}'s ({why}) disk filled {how}: {filled}"),
+                )
+            }
+            Fault::Clock => {
+                let (id, why) = node!();
+                // Log-uniform from 100 ms to 10 min, either way.
+                let magnitude = 10f64.powf(rng.random_range(2.0..=5.78)) as i64;
+                let ms = if rng.random_bool(0.5) { magnitude } else { -magnitude };
+                lock(&self.cluster).set_clock_offset(id, ms)?;
+                (Active::Skewed(id), format!("node {id} ({why}) clock {ms:+} ms"))
+            }
+        }))
     }
 
     fn heal(&self, active: &Active) -> anyhow::Result<()> {
@@ -357,6 +466,27 @@ fn partition(rng: &mut StdRng, n: u64, leader: Option<u64>) -> (String, Vec<(u64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlapping_faults_never_claim_a_held_node() {
+        let held = Held::default();
+        let mut rng = StdRng::seed_from_u64(7);
+        let (first, _) = held.claim(&mut rng, Some(1), 3).unwrap();
+        for _ in 0..50 {
+            let (second, _) = held.claim(&mut rng, Some(first), 3).unwrap();
+            assert_ne!(second, first, "the held leader is not picked again");
+            held.release(second);
+        }
+        let (second, _) = held.claim(&mut rng, None, 3).unwrap();
+        let (third, _) = held.claim(&mut rng, None, 3).unwrap();
+        assert_eq!(held.free(3), Vec::<u64>::new());
+        assert_eq!(held.claim(&mut rng, Some(first), 3), None, "every node held");
+        let mut all = vec![first, second, third];
+        all.sort_unstable();
+        assert_eq!(all, vec![1, 2, 3]);
+        held.release(second);
+        assert_eq!(held.free(3), vec![second]);
+    }
 
     #[test]
     fn fault_lists_parse_and_reject_unknown_names() {

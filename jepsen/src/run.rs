@@ -44,6 +44,8 @@ pub struct TestOpts {
     pub store: PathBuf,
     pub self_test: bool,
     pub secure: bool,
+    /// Membership moves overlap the other faults.
+    pub overlap: bool,
 }
 
 /// The `raftmq` binary: the one given, or a release build of this
@@ -219,6 +221,7 @@ async fn test(
         faults: opts.faults.clone(),
         interval: opts.interval,
         seed: opts.seed,
+        overlap: opts.overlap,
         recorder: recorder.clone(),
     };
     let (nemesis_out, ()) = tokio::join!(nemesis.run(until), workload.clone().run(until));

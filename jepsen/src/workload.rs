@@ -10,12 +10,21 @@
 //! stores the position; every few polls the slot moves to another key.
 //!
 //! Requests go to a random node, so followers forward writes to the
-//! leader. A node that keeps any call waiting past [`SLOW_CALL`] is avoided
-//! by every slot for [`AVOID_FOR`] (the slow call itself waits on to its
-//! deadline), one that refuses a connection for [`REFUSED_AVOID_FOR`], as
-//! a client isolates an
-//! access point that stopped answering and uses the others: one frozen or
-//! dead node must not gather every slot. An operation with an unknown
+//! leader. A node that keeps any call waiting past [`SLOW_CALL`], or
+//! refuses a connection, is avoided by every slot (the slow call itself
+//! waits on to its deadline) until it answers again: a call that was
+//! already out, or the health probe sent to each avoided node every
+//! [`PROBE_EVERY`]. That is how the official clients isolate an endpoint
+//! and take it back after a good heartbeat, and it keeps a frozen or dead
+//! node from gathering every slot. A node that answers late (a result or a
+//! v2 status) is alive, only slow because it waited on another node, such
+//! as a follower forwarding to a leader that froze, so its answer takes it
+//! back at once. (Marks that simply expired sent every slot back to a
+//! still-frozen node to wait out its deadline, and marks that no late
+//! answer lifted left every node avoided after a leader froze: both showed
+//! as 2 s gaps in `pause` runs.)
+//!
+//! An operation with an unknown
 //! outcome retires its process (Jepsen's rule): the slot goes on as process
 //! `p + concurrency`. Reads have no
 //! effects, so a read that times out is a failure, not an unknown.
@@ -38,19 +47,16 @@ use crate::client::{self, Client, Half, Outcome};
 use crate::history::{Call, DRAIN_PROCESS, OpType, Process, Resolution};
 use crate::recorder::Recorder;
 
-/// How long the slots keep away from a node that kept a call waiting.
-pub const AVOID_FOR: Duration = Duration::from_secs(3);
-
-/// How long a node that refused a connection is passed over: a killed node
-/// restarts within seconds, and a long mark would hide how soon it answers
-/// again (the checker's restart figures). Short, as each refusal is cheap.
-pub const REFUSED_AVOID_FOR: Duration = Duration::from_millis(500);
+/// How often each avoided node is sent a health probe (a heartbeat that
+/// must be answered within [`SLOW_CALL`]).
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// A call unanswered this long marks its node to be avoided. A healthy
-/// node answers in milliseconds (p99 in the tens of ms under load); at about
-/// a hundred operations a second, waiting longer lets the slots pile onto a
-/// frozen node faster than they learn about it. A false mark only moves
-/// calls to the other nodes for a while.
-pub const SLOW_CALL: Duration = Duration::from_millis(300);
+/// node answers in milliseconds (p99 of a few ms in these runs); at two
+/// hundred operations a second a third of them reach a frozen node, so
+/// every 100 ms of waiting strands about seven slots there until their
+/// deadlines (at 300 ms all ten were, a whole 2.4 s without a send). A
+/// false mark costs little: it lasts until the node's next answer.
+pub const SLOW_CALL: Duration = Duration::from_millis(100);
 
 /// Node `drawn` (1..=`nodes`), or the next one after it that is not
 /// `avoided` (`drawn` when all are).
@@ -61,35 +67,33 @@ fn pick(drawn: u64, nodes: u64, avoided: &[u64]) -> u64 {
         .unwrap_or(drawn)
 }
 
-/// The nodes the slots keep away from, and until when.
-pub struct Avoided(std::sync::Mutex<Vec<(u64, Instant)>>);
+/// The nodes the slots keep away from, until each answers again.
+pub struct Avoided(std::sync::Mutex<Vec<u64>>);
 
 impl Avoided {
     pub fn new() -> Avoided {
         Avoided(std::sync::Mutex::new(Vec::new()))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Avoids `node` for `span` from now, or longer if it was marked so.
-    fn mark(&self, node: u64, span: Duration) {
+    /// Avoids `node` until it answers.
+    fn mark(&self, node: u64) {
         let mut v = self.lock();
-        let mut until = Instant::now() + span;
-        v.retain(|&(n, t)| {
-            if n == node {
-                until = until.max(t);
-            }
-            n != node
-        });
-        v.push((node, until));
+        if !v.contains(&node) {
+            v.push(node);
+        }
+    }
+
+    /// Takes `node` back: it answered.
+    fn clear(&self, node: u64) {
+        self.lock().retain(|&n| n != node);
     }
 
     fn now(&self) -> Vec<u64> {
-        let mut v = self.lock();
-        v.retain(|&(_, until)| Instant::now() < until);
-        v.iter().map(|&(n, _)| n).collect()
+        self.lock().clone()
     }
 }
 
@@ -147,6 +151,8 @@ impl Workload {
             let values = values.clone();
             tasks.push(tokio::spawn(async move { w.slot(slot, values, until).await }));
         }
+        let w = self.clone();
+        tasks.push(tokio::spawn(w.probe(until)));
         for t in tasks {
             let _ = t.await;
         }
@@ -298,21 +304,43 @@ impl Workload {
         }
     }
 
+    /// Every [`PROBE_EVERY`] until `until`, sends each avoided node a
+    /// heartbeat, and takes back those that answer within [`SLOW_CALL`].
+    async fn probe(self: Arc<Self>, until: Instant) {
+        while Instant::now() < until {
+            tokio::time::sleep(PROBE_EVERY).await;
+            let mut probes = tokio::task::JoinSet::new();
+            for node in self.avoided.now() {
+                let w = self.clone();
+                probes.spawn(async move {
+                    let client = &w.clients[node as usize - 1];
+                    let answer = tokio::time::timeout(SLOW_CALL, client.heartbeat("jepsen-prober")).await;
+                    if answer.is_ok_and(|out| client::answered(&out)) {
+                        w.avoided.clear(node);
+                    }
+                });
+            }
+            probes.join_all().await;
+        }
+    }
+
     /// Awaits `call` to `node`; if it is still unanswered after
-    /// [`SLOW_CALL`], or it could not connect (a killed node), the node is
-    /// avoided by every slot for a while ([`AVOID_FOR`], or
-    /// [`REFUSED_AVOID_FOR`] after a refusal).
+    /// [`SLOW_CALL`], or it could not connect (a killed node), every slot
+    /// avoids the node until it answers again (this call, another, or the
+    /// health probe).
     async fn watched<T>(&self, node: u64, call: impl Future<Output = Outcome<T>>) -> Outcome<T> {
         tokio::pin!(call);
         let out = tokio::select! {
             out = &mut call => out,
             () = tokio::time::sleep(SLOW_CALL) => {
-                self.avoided.mark(node, AVOID_FOR);
+                self.avoided.mark(node);
                 call.await
             }
         };
         if client::not_connected(&out) {
-            self.avoided.mark(node, REFUSED_AVOID_FOR);
+            self.avoided.mark(node);
+        } else if client::answered(&out) {
+            self.avoided.clear(node);
         }
         out
     }
@@ -384,19 +412,13 @@ mod tests {
     }
 
     #[test]
-    fn a_marked_node_is_avoided_until_its_mark_ends() {
+    fn a_marked_node_is_avoided_until_it_answers() {
         let avoided = Avoided::new();
-        avoided.mark(2, AVOID_FOR);
-        avoided.mark(3, AVOID_FOR);
-        avoided.mark(2, REFUSED_AVOID_FOR);
-        assert_eq!(avoided.now(), vec![3, 2], "one mark a node");
-        let until = avoided.lock()[1].1;
-        assert!(
-            until > Instant::now() + REFUSED_AVOID_FOR,
-            "a shorter mark keeps the longer end"
-        );
-        // Node 3's mark ends.
-        avoided.lock()[0].1 = Instant::now();
-        assert_eq!(avoided.now(), vec![2]);
+        avoided.mark(2);
+        avoided.mark(3);
+        avoided.mark(2);
+        assert_eq!(avoided.now(), vec![2, 3], "one mark a node");
+        avoided.clear(2);
+        assert_eq!(avoided.now(), vec![3], "an answer takes a node back");
     }
 }
