@@ -127,8 +127,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn a_flood_through_every_node_is_refused_retryably_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::start_with(dir.path(), 3, "async", LIMITS);
-    c.leader().await;
+    let leader = c.leader().await;
     c.create_topic("T", 1, "").await;
+    let term_before = c.status(leader, false).await.unwrap().term;
 
     let end = Instant::now() + FLOOD;
     let mut senders = Vec::new();
@@ -166,6 +167,10 @@ async fn a_flood_through_every_node_is_refused_retryably_and_loses_nothing() {
             *receive_codes.entry(format!("{c:?}")).or_default() += 1;
         }
     }
+    let mut term_after = 0;
+    for node in 1..=3 {
+        term_after = term_after.max(c.status(node, false).await.map_or(0, |s| s.term));
+    }
     let mut took: Vec<Duration> = sends.acked.iter().map(|a| a.2).collect();
     took.sort();
     let mut refusals: BTreeMap<String, usize> = BTreeMap::new();
@@ -174,7 +179,7 @@ async fn a_flood_through_every_node_is_refused_retryably_and_loses_nothing() {
     }
     eprintln!(
         "sends: {} acknowledged (p50 {:?}, p99 {:?}, max {:?}), refused {refusals:?}, {} unknown; \
-         receives {receive_codes:?}, {} messages",
+         receives {receive_codes:?}, {} messages; the term went from {term_before} to {term_after}",
         sends.acked.len(),
         percentile(&took, 0.5),
         percentile(&took, 0.99),
