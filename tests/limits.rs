@@ -1,8 +1,8 @@
 //! The `[limits]` bounds a client meets one by one, on a live one-node
 //! group (a real broker process on 127.0.0.1): topics, clients, waiting
-//! receives, streams per connection and the idle-connection timeout. Each
-//! is reached, its refusal checked (code and message), and then the node
-//! must still serve a normal send and receive. The hostile-input review's
+//! receives, streams per connection, committed offsets and the
+//! idle-connection timeout. Each is reached, its refusal checked (code and
+//! message), and then the node must still serve a normal send and receive. The hostile-input review's
 //! findings have their own test (`hostile.rs`).
 
 mod common;
@@ -16,6 +16,7 @@ use raftmq::proto::rocketmq::v2::Code;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CONFIG: &str = "auto_create_topics = true\nauto_create_topic_queues = 2\n[limits]\nmax_topics = 3\nmax_clients = 4\n\
+                      max_committed_offsets = 3\n\
                       max_long_polls = 5\nmax_long_polls_per_client = 2\nmax_streams_per_connection = 4\n\
                       idle_connection_timeout_ms = 1500\n";
 
@@ -116,6 +117,32 @@ async fn each_limit_refuses_the_one_past_it_and_the_node_serves_on() {
     assert_eq!(hello(&mut v, "c-4").await, Code::Ok);
     assert_eq!(hello(&mut v, "c-5").await, Code::TooManyRequests);
     assert_eq!(hello(&mut v, "c-2").await, Code::Ok);
+
+    // max_committed_offsets = 3: G commits in T, T2 and T3's first queue;
+    // an offset in T3's second is refused, while a kept one still moves.
+    let commit = |topic: &str, id: i32, offset: i64| {
+        let mut v = v.clone();
+        let req = v2::UpdateOffsetRequest {
+            group: resource("G"),
+            message_queue: Some(v2::MessageQueue {
+                topic: resource(topic),
+                id,
+                ..Default::default()
+            }),
+            offset,
+        };
+        async move {
+            let s = v.update_offset(req).await.unwrap().into_inner().status;
+            (code(&s), s.map(|s| s.message).unwrap_or_default())
+        }
+    };
+    for topic in ["T", "T2", "T3"] {
+        assert_eq!(commit(topic, 0, 1).await.0, Code::Ok, "{topic}");
+    }
+    let (refused, why) = commit("T3", 1, 1).await;
+    assert_eq!(refused, Code::Forbidden, "a fourth offset: {why}");
+    assert!(why.contains("limits.max_committed_offsets"), "{why}");
+    assert_eq!(commit("T", 0, 7).await.0, Code::Ok, "a kept offset moves");
 
     // idle_connection_timeout_ms = 1500: a connection that says its
     // preface and settings and then nothing is closed; one whose call

@@ -137,12 +137,19 @@ pub enum AdminCommand {
     DeleteTopic {
         name: String,
     },
-    /// A consumer group's offset in a queue.
+    /// A consumer group's offset in a queue. `bound`: the most offsets
+    /// the broker group keeps (`limits.max_committed_offsets`); a commit
+    /// that would add one past it is rejected, while one that moves a kept
+    /// offset always applies. It travels in the command so that every
+    /// replica applies the same bound (entries written before it existed
+    /// have none).
     CommitOffset {
         group: String,
         topic: String,
         queue_id: u32,
         offset: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bound: Option<u64>,
     },
     /// Creates or updates a consumer group.
     PutGroup(GroupConfig),

@@ -84,6 +84,26 @@ pub struct Metadata {
     pub acls: crate::acl::Acls,
 }
 
+impl Metadata {
+    /// Whether `group` has an offset in `topic`'s queue `queue_id`.
+    pub fn has_offset(&self, group: &str, topic: &str, queue_id: u32) -> bool {
+        self.offsets
+            .get(group)
+            .and_then(|t| t.get(topic))
+            .is_some_and(|q| q.contains_key(&queue_id))
+    }
+
+    /// Committed offsets over every group, topic and queue: each is in
+    /// every snapshot. Walks the groups and their topics, not the queues.
+    pub fn committed_offsets(&self) -> u64 {
+        self.offsets
+            .values()
+            .flat_map(|t| t.values())
+            .map(|q| q.len() as u64)
+            .sum()
+    }
+}
+
 /// What a snapshot holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SnapshotContent {
@@ -624,7 +644,17 @@ fn apply_admin(md: &mut Metadata, inflight: &mut InFlightCounts, a: AdminCommand
             topic,
             queue_id,
             offset,
+            bound,
         } => {
+            if let Some(bound) = bound
+                && !md.has_offset(&group, &topic, queue_id)
+                && md.committed_offsets() >= bound
+            {
+                return Response::Rejected(format!(
+                    "this broker group keeps {bound} committed offsets, its limit \
+                     (limits.max_committed_offsets): delete unused consumer groups"
+                ));
+            }
             md.offsets
                 .entry(group)
                 .or_default()
@@ -901,5 +931,44 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: content.meta,
             snapshot: bytes,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(md: &mut Metadata, group: &str, queue_id: u32, offset: u64, bound: Option<u64>) -> Response {
+        let cmd = AdminCommand::CommitOffset {
+            group: group.into(),
+            topic: "T".into(),
+            queue_id,
+            offset,
+            bound,
+        };
+        apply_admin(md, &mut InFlightCounts::default(), cmd, 1)
+    }
+
+    #[test]
+    fn committed_offsets_stop_at_the_bound_the_command_carries() {
+        let mut md = Metadata::default();
+        assert!(matches!(commit(&mut md, "G", 0, 5, Some(2)), Response::Done));
+        assert!(matches!(commit(&mut md, "H", 0, 5, Some(2)), Response::Done));
+        assert_eq!(md.committed_offsets(), 2);
+        assert!(
+            matches!(commit(&mut md, "G", 1, 5, Some(2)), Response::Rejected(why) if why.contains("max_committed_offsets")),
+            "a third offset past a bound of two"
+        );
+        assert!(!md.has_offset("G", "T", 1));
+        assert!(
+            matches!(commit(&mut md, "G", 0, 9, Some(2)), Response::Done),
+            "a kept one moves"
+        );
+        assert_eq!(md.offsets["G"]["T"][&0], 9);
+        assert!(
+            matches!(commit(&mut md, "G", 1, 5, None), Response::Done),
+            "an entry from before the bound existed"
+        );
+        assert_eq!(md.committed_offsets(), 3);
     }
 }

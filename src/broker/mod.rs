@@ -368,14 +368,31 @@ impl Broker {
         queue_id: u32,
         offset: u64,
     ) -> Result<(), BrokerError> {
+        let bound = self.cfg.limits.max_committed_offsets as u64;
+        let full = self
+            .node
+            .sm
+            .with_metadata(|m| !m.has_offset(group, topic, queue_id) && m.committed_offsets() >= bound);
+        if full {
+            return Err(BrokerError::Refused(
+                Code::Forbidden,
+                format!(
+                    "this broker group keeps {bound} committed offsets, its limit \
+                     (limits.max_committed_offsets): delete unused consumer groups"
+                ),
+            ));
+        }
         let cmd = raftmq_raft::Command::admin(&AdminCommand::CommitOffset {
             group: group.to_string(),
             topic: topic.to_string(),
             queue_id,
             offset,
+            bound: Some(bound),
         });
-        self.node.write(cmd).await?;
-        Ok(())
+        match self.node.write(cmd).await?.1 {
+            Response::Rejected(why) => Err(BrokerError::Refused(Code::Forbidden, why)),
+            _ => Ok(()),
+        }
     }
 
     /// Validates and proposes a batch on the leader (this node).
