@@ -1,7 +1,8 @@
 //! Timed and half messages on a three-node group of real `raftmq broker`
 //! processes: the schedule and open transactions survive a restart of
 //! every node (through a snapshot and the log after it), and each message
-//! is delivered once, not before it is due.
+//! is delivered once, not before it is due; and the held messages a group
+//! keeps are bounded.
 
 mod common;
 
@@ -178,4 +179,57 @@ async fn old_timed_messages_are_rolled_and_still_recalled_and_delivered_once() {
             .await
             .is_empty()
     );
+}
+
+/// Held messages live in replicated state, and so in every snapshot, until
+/// they are released: `limits.max_held_messages` bounds them over the
+/// group. Past it a timed or transactional send is refused with
+/// `TOO_MANY_REQUESTS` (retryable), plain sends go on, and room comes back
+/// when a timer falls due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_messages_are_bounded_and_room_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "async", "[limits]\nmax_held_messages = 3\n");
+    c.leader().await;
+    c.create_topic("Timed", 1, "DELAY").await;
+    c.create_topic("Txn", 1, "TRANSACTION").await;
+    c.create_topic("Plain", 1, "").await;
+    let endpoints: Vec<String> = c.nodes.iter().map(|n| n.client_addr.clone()).collect();
+    let client = Client::connect(&endpoints.join(";")).unwrap();
+
+    let now = raftmq::clock::now_ms();
+    let far = now + 600_000;
+    client
+        .send(Outgoing::new("Timed", "soon").deliver_at(now + 2_000))
+        .await
+        .unwrap();
+    client
+        .send(Outgoing::new("Timed", "far").deliver_at(far))
+        .await
+        .unwrap();
+    client.send(Outgoing::new("Txn", "open").transactional()).await.unwrap();
+    for (what, m) in [
+        ("timed", Outgoing::new("Timed", "over").deliver_at(far)),
+        ("transactional", Outgoing::new("Txn", "over").transactional()),
+    ] {
+        let e = client.send(m).await.unwrap_err();
+        assert!(e.retryable(), "a {what} send past the bound: {e}");
+        assert!(e.to_string().contains("limits.max_held_messages"), "{e}");
+    }
+    client.send(Outgoing::new("Plain", "p")).await.unwrap();
+
+    // "soon" falls due and is released: room for one more.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.send(Outgoing::new("Timed", "later").deliver_at(far)).await {
+            Ok(_) => break,
+            Err(e) if e.retryable() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no room came back: {e}"),
+        }
+    }
+    let got = receive_all(&client, "Timed", 1, Duration::from_secs(10)).await;
+    assert_eq!(got.keys().collect::<Vec<_>>(), ["soon"], "{got:?}");
+    c.check_alive();
 }

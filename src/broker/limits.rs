@@ -59,6 +59,11 @@ pub struct LimitsConfig {
     /// group of brokers keeps: each is in every snapshot. A commit that
     /// would add one past it is refused; moving a kept one never is.
     pub max_committed_offsets: usize,
+    /// Timed messages not yet due and transactional half messages not yet
+    /// ended, over the group of brokers: each is in every snapshot (about
+    /// 30 and 150 bytes). A send that would pass it gets
+    /// `TOO_MANY_REQUESTS`.
+    pub max_held_messages: usize,
     /// Message bytes one read, query or receive answers with; the answer
     /// stops before the message that would pass it (one message always
     /// fits).
@@ -98,6 +103,7 @@ impl Default for LimitsConfig {
             max_inflight_per_group: 1_000_000,
             max_inflight_total: 1_000_000,
             max_committed_offsets: 1_000_000,
+            max_held_messages: 1_000_000,
             max_response_bytes: 16 << 20,
             max_inflight_sends: 1024,
             max_queued_sends: 10_000,
@@ -120,6 +126,11 @@ const MAX_INFLIGHT_TOTAL: usize = 2_000_000;
 /// 256 MiB a follower installs.
 const MAX_COMMITTED_OFFSETS: usize = 2_000_000;
 
+/// The most `max_held_messages` may be: a million half messages take about
+/// 150 MB of a snapshot, which with the default bounds of the rest stays
+/// below the 256 MiB a follower installs.
+const MAX_HELD_MESSAGES: usize = 1_000_000;
+
 /// The longest keepalive or idle timer a connection may be given.
 const MAX_CONNECTION_TIMER_MS: u64 = 7 * 24 * 3600 * 1000;
 
@@ -141,6 +152,7 @@ impl LimitsConfig {
             ("max_inflight_per_group", self.max_inflight_per_group),
             ("max_inflight_total", self.max_inflight_total),
             ("max_committed_offsets", self.max_committed_offsets),
+            ("max_held_messages", self.max_held_messages),
             ("max_response_bytes", self.max_response_bytes),
             ("max_inflight_sends", self.max_inflight_sends),
             ("max_queued_sends", self.max_queued_sends),
@@ -173,6 +185,12 @@ impl LimitsConfig {
         if self.max_committed_offsets > MAX_COMMITTED_OFFSETS {
             return Err(ConfigError::Invalid(format!(
                 "limits.max_committed_offsets must be at most {MAX_COMMITTED_OFFSETS}: more would make \
+                 snapshots a follower cannot install"
+            )));
+        }
+        if self.max_held_messages > MAX_HELD_MESSAGES {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_held_messages must be at most {MAX_HELD_MESSAGES}: more would make \
                  snapshots a follower cannot install"
             )));
         }

@@ -48,6 +48,7 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
         })
         .collect();
     broker.check_send(system_topic, 0, &messages)?;
+    check_room(broker, messages.len())?;
     let n = messages.len() as u32;
     // Counted under their real topics, once stored.
     let counted: Vec<(String, usize)> = messages
@@ -82,6 +83,28 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
         }
         BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
     }
+}
+
+/// Refuses `adding` more held messages when the group holds its bound
+/// already: each is in every snapshot until released. Checked where the
+/// leader admits the send, so sends admitted at the same moment may pass
+/// the bound by their own messages; the bound leaves room for that.
+fn check_room(broker: &Broker, adding: usize) -> Result<(), BrokerError> {
+    let bound = broker.cfg.limits.max_held_messages;
+    let held = broker
+        .node
+        .sm
+        .with_metadata(|m| m.held.timers.len() + m.held.halves.len());
+    if held.saturating_add(adding) > bound {
+        return Err(BrokerError::Refused(
+            Code::TooManyRequests,
+            format!(
+                "this broker group holds {held} timed and transactional messages, its limit \
+                 (limits.max_held_messages): retry once some are due or ended"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A held message read back and made ready for its real topic.
