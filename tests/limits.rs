@@ -16,7 +16,7 @@ use raftmq::proto::rocketmq::v2::Code;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CONFIG: &str = "auto_create_topics = true\nauto_create_topic_queues = 2\n[limits]\nmax_topics = 3\nmax_clients = 4\n\
-                      max_committed_offsets = 3\n\
+                      max_consumer_positions = 3\n\
                       max_long_polls = 5\nmax_long_polls_per_client = 2\nmax_streams_per_connection = 4\n\
                       idle_connection_timeout_ms = 1500\n";
 
@@ -118,7 +118,7 @@ async fn each_limit_refuses_the_one_past_it_and_the_node_serves_on() {
     assert_eq!(hello(&mut v, "c-5").await, Code::TooManyRequests);
     assert_eq!(hello(&mut v, "c-2").await, Code::Ok);
 
-    // max_committed_offsets = 3: G commits in T, T2 and T3's first queue;
+    // max_consumer_positions = 3: G commits in T, T2 and T3's first queue;
     // an offset in T3's second is refused, while a kept one still moves.
     let commit = |topic: &str, id: i32, offset: i64| {
         let mut v = v.clone();
@@ -141,7 +141,7 @@ async fn each_limit_refuses_the_one_past_it_and_the_node_serves_on() {
     }
     let (refused, why) = commit("T3", 1, 1).await;
     assert_eq!(refused, Code::Forbidden, "a fourth offset: {why}");
-    assert!(why.contains("limits.max_committed_offsets"), "{why}");
+    assert!(why.contains("limits.max_consumer_positions"), "{why}");
     assert_eq!(commit("T", 0, 7).await.0, Code::Ok, "a kept offset moves");
 
     // idle_connection_timeout_ms = 1500: a connection that says its

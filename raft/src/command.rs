@@ -138,7 +138,7 @@ pub enum AdminCommand {
         name: String,
     },
     /// A consumer group's offset in a queue. `bound`: the most offsets
-    /// the broker group keeps (`limits.max_committed_offsets`); a commit
+    /// the broker group keeps (`limits.max_consumer_positions`); a commit
     /// that would add one past it is rejected, while one that moves a kept
     /// offset always applies. It travels in the command so that every
     /// replica applies the same bound (entries written before it existed

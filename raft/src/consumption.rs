@@ -167,11 +167,22 @@ pub struct PopPlan {
 }
 
 /// Deliveries in flight a plan may leave, at most: of its group, and over
-/// all groups.
+/// all groups; and `positions`, the most queue states (one per group,
+/// topic and queue that was received from) the broker group keeps, each
+/// in every snapshot: a plan that would start one past it delivers
+/// nothing (plans from before it existed carry none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InFlightBounds {
     pub group: u64,
     pub total: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub positions: Option<u64>,
+}
+
+/// Queue states over every group and topic: the receive positions a
+/// broker group keeps. Walks the groups and their topics, not the queues.
+pub fn positions(c: &Consumption) -> u64 {
+    c.values().flat_map(|t| t.values()).map(|q| q.len() as u64).sum()
 }
 
 /// Advances the pop frontier from `from` to `to`, delivering `offsets` (the
@@ -202,6 +213,13 @@ pub struct Popped {
 /// Applies a pop planned by the leader. `handle` is the entry's log index.
 pub fn apply_pop(c: &mut Consumption, counts: &mut InFlightCounts, p: PopPlan, handle: u64) -> Popped {
     let mut delivered = Vec::new();
+    let known = c
+        .get(&p.group)
+        .and_then(|t| t.get(&p.topic))
+        .is_some_and(|q| q.contains_key(&p.queue_id));
+    if !known && p.bounds.and_then(|b| b.positions).is_some_and(|b| positions(c) >= b) {
+        return Popped { handle, delivered };
+    }
     let queues = c.entry(p.group.clone()).or_default().entry(p.topic).or_default();
     let q = match (queues.get_mut(&p.queue_id), &p.fresh) {
         (Some(q), _) => q,
@@ -476,7 +494,11 @@ mod tests {
             visible_at_ms: 100,
             redeliver: vec![],
             fresh: Some(FreshRange { from, to, offsets }),
-            bounds: Some(InFlightBounds { group: 100, total: 6 }),
+            bounds: Some(InFlightBounds {
+                group: 100,
+                total: 6,
+                positions: None,
+            }),
         };
         // Two plans made at the same moment, each with room for 4 of 6.
         let first = apply_pop(&mut c, &mut n, pop("T", 0, 10, vec![0, 1, 2, 3]), 1);
@@ -492,6 +514,41 @@ mod tests {
         let third = apply_pop(&mut c, &mut n, pop("T", 10, 12, vec![10, 11]), 3);
         assert!(third.delivered.is_empty());
         assert_eq!(c["G"]["T"][&0].next, 10);
+        assert_eq!(n, InFlightCounts::of(&c));
+    }
+
+    #[test]
+    fn a_new_receive_position_past_its_bound_is_not_started() {
+        let mut c = Consumption::new();
+        let mut n = InFlightCounts::default();
+        let pop = |t: &str, from: u64| PopPlan {
+            group: "G".into(),
+            topic: t.into(),
+            queue_id: 0,
+            visible_at_ms: 100,
+            redeliver: vec![],
+            fresh: Some(FreshRange {
+                from,
+                to: from + 1,
+                offsets: vec![from],
+            }),
+            bounds: Some(InFlightBounds {
+                group: 100,
+                total: 100,
+                positions: Some(2),
+            }),
+        };
+        assert_eq!(apply_pop(&mut c, &mut n, pop("T", 0), 1).delivered.len(), 1);
+        assert_eq!(apply_pop(&mut c, &mut n, pop("U", 0), 2).delivered.len(), 1);
+        assert_eq!(positions(&c), 2);
+        let third = apply_pop(&mut c, &mut n, pop("V", 0), 3);
+        assert!(third.delivered.is_empty(), "a third position past a bound of two");
+        assert!(!c["G"].contains_key("V"), "nothing left behind");
+        assert_eq!(
+            apply_pop(&mut c, &mut n, pop("T", 1), 4).delivered.len(),
+            1,
+            "a kept one moves"
+        );
         assert_eq!(n, InFlightCounts::of(&c));
     }
 

@@ -652,7 +652,7 @@ fn apply_admin(md: &mut Metadata, inflight: &mut InFlightCounts, a: AdminCommand
             {
                 return Response::Rejected(format!(
                     "this broker group keeps {bound} committed offsets, its limit \
-                     (limits.max_committed_offsets): delete unused consumer groups"
+                     (limits.max_consumer_positions): delete unused consumer groups"
                 ));
             }
             md.offsets
@@ -956,7 +956,7 @@ mod tests {
         assert!(matches!(commit(&mut md, "H", 0, 5, Some(2)), Response::Done));
         assert_eq!(md.committed_offsets(), 2);
         assert!(
-            matches!(commit(&mut md, "G", 1, 5, Some(2)), Response::Rejected(why) if why.contains("max_committed_offsets")),
+            matches!(commit(&mut md, "G", 1, 5, Some(2)), Response::Rejected(why) if why.contains("max_consumer_positions")),
             "a third offset past a bound of two"
         );
         assert!(!md.has_offset("G", "T", 1));

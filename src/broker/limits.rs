@@ -53,12 +53,16 @@ pub struct LimitsConfig {
     pub max_inflight_per_group: usize,
     /// Deliveries in flight over every consumer group of the broker group:
     /// they are all in each snapshot (75-81 bytes each), which a follower
-    /// must be able to install (at most 256 MiB, the Raft port's bound).
+    /// must be able to install (at most 256 MiB, the Raft port's bound:
+    /// see [`LimitsConfig::worst_snapshot_bytes`]).
     pub max_inflight_total: usize,
-    /// Committed consumer offsets (one per group, topic and queue) a
-    /// group of brokers keeps: each is in every snapshot. A commit that
-    /// would add one past it is refused; moving a kept one never is.
-    pub max_committed_offsets: usize,
+    /// Consumer positions a group of brokers keeps, one per consumer
+    /// group, topic and queue, of each kind: committed offsets (pull
+    /// consumers) and receive positions (the others). Each is in every
+    /// snapshot. A commit that would add an offset past it is refused, and
+    /// a receive finds nothing new in a queue its group never received
+    /// from; moving a kept one is never refused.
+    pub max_consumer_positions: usize,
     /// Timed messages not yet due and transactional half messages not yet
     /// ended, over the group of brokers: each is in every snapshot (about
     /// 30 and 150 bytes). A send that would pass it gets
@@ -102,8 +106,8 @@ impl Default for LimitsConfig {
             max_inflight_per_queue: 100_000,
             max_inflight_per_group: 1_000_000,
             max_inflight_total: 1_000_000,
-            max_committed_offsets: 1_000_000,
-            max_held_messages: 1_000_000,
+            max_consumer_positions: 500_000,
+            max_held_messages: 500_000,
             max_response_bytes: 16 << 20,
             max_inflight_sends: 1024,
             max_queued_sends: 10_000,
@@ -113,28 +117,47 @@ impl Default for LimitsConfig {
     }
 }
 
-/// The most `max_inflight_total` may be: 2,000,000 deliveries of up to 81
-/// snapshot bytes each (a 12-digit offset, an 11-digit handle) take 162 MB
-/// of a snapshot of at most 256 MiB, leaving the rest for topics, queues
-/// and the other state.
-const MAX_INFLIGHT_TOTAL: usize = 2_000_000;
+/// Snapshot bytes one item of each bounded kind takes, about (JSON, with
+/// the 12- and 13-digit numbers a long-lived group reaches, and group and
+/// topic names shared by many entries); [`LimitsConfig::worst_snapshot_bytes`]
+/// adds them up.
+mod snapshot_bytes {
+    /// A delivery in flight: offset, visibility deadline, attempt, handle.
+    pub const INFLIGHT: u64 = 81;
+    /// A committed offset and a receive position (queue state), which the
+    /// same bound counts separately.
+    pub const OFFSET: u64 = 24;
+    pub const POSITION: u64 = 56;
+    /// A half message (a timer takes 30).
+    pub const HELD: u64 = 150;
+    /// A queue in the snapshot's queue list.
+    pub const QUEUE: u64 = 48;
+    /// A topic's or a group's configuration.
+    pub const CONFIG: u64 = 256;
+}
 
-/// The most `max_committed_offsets` may be: 2,000,000 offsets of about 24
-/// snapshot bytes each (a queue id and a 12-digit offset, with the group
-/// and topic names shared) take 48 MB; with the most deliveries in flight
-/// (162 MB) and queues (900,000, about 40 MB), a snapshot stays below the
-/// 256 MiB a follower installs.
-const MAX_COMMITTED_OFFSETS: usize = 2_000_000;
-
-/// The most `max_held_messages` may be: a million half messages take about
-/// 150 MB of a snapshot, which with the default bounds of the rest stays
-/// below the 256 MiB a follower installs.
-const MAX_HELD_MESSAGES: usize = 1_000_000;
+/// What the bounded state may take of a snapshot together: the 256 MiB a
+/// follower installs, less room for users, policies and the rest.
+const SNAPSHOT_BUDGET: u64 = 240 << 20;
 
 /// The longest keepalive or idle timer a connection may be given.
 const MAX_CONNECTION_TIMER_MS: u64 = 7 * 24 * 3600 * 1000;
 
 impl LimitsConfig {
+    /// The most the state these bounds allow takes of a Raft snapshot,
+    /// about: every bound reached at once, with the broker group's most
+    /// queues. Each kind is bounded on its own; this keeps them within one
+    /// snapshot together.
+    pub fn worst_snapshot_bytes(&self) -> u64 {
+        use snapshot_bytes::*;
+        let n = |v: usize| v as u64;
+        n(self.max_inflight_total) * INFLIGHT
+            + n(self.max_consumer_positions) * (OFFSET + POSITION)
+            + n(self.max_held_messages) * HELD
+            + crate::broker::MAX_GROUP_QUEUES * QUEUE
+            + n(self.max_topics + self.max_groups) * CONFIG
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
             ("max_connections", self.max_connections),
@@ -151,7 +174,7 @@ impl LimitsConfig {
             ("max_inflight_per_queue", self.max_inflight_per_queue),
             ("max_inflight_per_group", self.max_inflight_per_group),
             ("max_inflight_total", self.max_inflight_total),
-            ("max_committed_offsets", self.max_committed_offsets),
+            ("max_consumer_positions", self.max_consumer_positions),
             ("max_held_messages", self.max_held_messages),
             ("max_response_bytes", self.max_response_bytes),
             ("max_inflight_sends", self.max_inflight_sends),
@@ -176,22 +199,14 @@ impl LimitsConfig {
                 )));
             }
         }
-        if self.max_inflight_total > MAX_INFLIGHT_TOTAL {
+        let worst = self.worst_snapshot_bytes();
+        if worst > SNAPSHOT_BUDGET {
             return Err(ConfigError::Invalid(format!(
-                "limits.max_inflight_total must be at most {MAX_INFLIGHT_TOTAL}: more would make \
-                 snapshots a follower cannot install"
-            )));
-        }
-        if self.max_committed_offsets > MAX_COMMITTED_OFFSETS {
-            return Err(ConfigError::Invalid(format!(
-                "limits.max_committed_offsets must be at most {MAX_COMMITTED_OFFSETS}: more would make \
-                 snapshots a follower cannot install"
-            )));
-        }
-        if self.max_held_messages > MAX_HELD_MESSAGES {
-            return Err(ConfigError::Invalid(format!(
-                "limits.max_held_messages must be at most {MAX_HELD_MESSAGES}: more would make \
-                 snapshots a follower cannot install"
+                "limits.max_inflight_total, max_consumer_positions, max_held_messages, max_topics and \
+                 max_groups together let a snapshot reach about {} MiB, more than the {} MiB a follower \
+                 can be sent: lower some of them",
+                worst >> 20,
+                SNAPSHOT_BUDGET >> 20
             )));
         }
         // Above the gRPC message limit an answer could not be sent at all.
@@ -237,5 +252,29 @@ impl ResponseBudget {
         self.left = self.left.saturating_sub(size);
         self.taken += 1;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_bounds_fit_one_snapshot_together_and_raising_one_must_be_paid_for() {
+        let defaults = LimitsConfig::default();
+        defaults.validate().unwrap();
+        assert!(defaults.worst_snapshot_bytes() <= SNAPSHOT_BUDGET);
+        let raised = LimitsConfig {
+            max_inflight_total: 2_000_000,
+            ..LimitsConfig::default()
+        };
+        let e = raised.validate().unwrap_err().to_string();
+        assert!(e.contains("max_inflight_total") && e.contains("MiB"), "{e}");
+        let traded = LimitsConfig {
+            max_consumer_positions: 100_000,
+            max_held_messages: 10_000,
+            ..raised
+        };
+        traded.validate().unwrap();
     }
 }

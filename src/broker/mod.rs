@@ -368,7 +368,7 @@ impl Broker {
         queue_id: u32,
         offset: u64,
     ) -> Result<(), BrokerError> {
-        let bound = self.cfg.limits.max_committed_offsets as u64;
+        let bound = self.cfg.limits.max_consumer_positions as u64;
         let full = self
             .node
             .sm
@@ -378,7 +378,7 @@ impl Broker {
                 Code::Forbidden,
                 format!(
                     "this broker group keeps {bound} committed offsets, its limit \
-                     (limits.max_committed_offsets): delete unused consumer groups"
+                     (limits.max_consumer_positions): delete unused consumer groups"
                 ),
             ));
         }

@@ -523,8 +523,9 @@ fn plan(
     let bounds = InFlightBounds {
         group: limits.max_inflight_per_group as u64,
         total: limits.max_inflight_total as u64,
+        positions: Some(limits.max_consumer_positions as u64),
     };
-    let (topic, views, mut group_room) = node.sm.with_metadata_and_inflight(|m, inflight| {
+    let (topic, views, mut group_room, positions_full) = node.sm.with_metadata_and_inflight(|m, inflight| {
         let topic = m.topics.get(&r.topic).cloned();
         let views: HashMap<u32, QueueView> = m
             .consumption
@@ -532,7 +533,8 @@ fn plan(
             .and_then(|t| t.get(&r.topic))
             .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group))).collect())
             .unwrap_or_default();
-        (topic, views, inflight.room(&r.group, bounds))
+        let full = consumption::positions(&m.consumption) >= limits.max_consumer_positions as u64;
+        (topic, views, inflight.room(&r.group, bounds), full)
     });
     let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;
     let queues = topic.read_queues.max(1);
@@ -586,7 +588,8 @@ fn plan(
         // no queue more new messages than its in-flight bound, and the
         // group's, leave room for.
         let inflight = view.map_or(0, |v| v.inflight);
-        let blocked = group.fifo && inflight > 0;
+        // A queue never received from needs a new receive position.
+        let blocked = (group.fifo && inflight > 0) || (view.is_none() && positions_full);
         let cap = limits.max_inflight_per_queue.saturating_sub(inflight).min(group_room);
         if !blocked && room.messages > 0 && cap > 0 {
             plan.fresh = fresh(node, r, queue_id, view.map(|v| v.next), &mut room, cap)?;
