@@ -5,7 +5,8 @@
 //! three replicas' applied logs are identical. Damage recovery cannot cut
 //! (an index cut short) sets the store aside and the node is sent the log
 //! again; a damaged copy of the vote is repaired from the other; a log cut
-//! below its committed index is caught up from the leader.
+//! below its committed index is caught up from the leader; a snapshot
+//! install a crash interrupted is finished at start.
 
 mod common;
 
@@ -224,4 +225,50 @@ async fn a_log_cut_below_the_snapshot_is_applied_again() {
         "setting the snapshot aside",
     )
     .await;
+}
+
+/// A crash in the middle of a snapshot install: the follower had written
+/// the install file (here, the leader's snapshot, as the leader sent it)
+/// but not yet reset its store to it. At start it must finish the install
+/// (the reset is idempotent), take the log after the snapshot from the
+/// leader, and serve every acknowledged message from the snapshot on.
+/// Its log now starts at the snapshot, so it is compared by what it
+/// serves, not by the digest of a log the others hold from its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_a_crash_interrupted_is_finished_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(dir.path(), 3, "sync", "snapshot_every = 20\n");
+    c.create_topic("T", 1, "").await;
+    let mut acked = BTreeMap::new();
+    send_more(&mut c, &mut acked, 30).await;
+    let leader = c.leader().await;
+    let f = follower(leader);
+    assert!(c.stop(f).success());
+    send_more(&mut c, &mut acked, 60).await;
+
+    // The leader's snapshot, past everything the stopped follower has.
+    let snapshot = std::fs::read(node_dir(&c, leader).join("raft/snapshot.json")).unwrap();
+    let installing = node_dir(&c, f).join("raft/snapshot.installing.json");
+    std::fs::write(&installing, &snapshot).unwrap();
+    c.spawn(f);
+    send_more(&mut c, &mut acked, 10).await;
+    common::wait_applied_equal(&c, &[1, 2, 3]).await;
+    assert!(
+        node_log(&c, f).contains("finishing a snapshot install that a crash interrupted"),
+        "node {f} finished the install"
+    );
+    assert!(!installing.exists(), "the install file became the snapshot");
+    let got = common::read_queue(&c, f, 0).await;
+    let first = *got.keys().next().expect("node {f} serves T's queue");
+    assert!(first > 30, "node {f}'s queue starts at the snapshot, not at {first}");
+    assert!(got.keys().copied().eq(first..first + got.len() as u64), "no holes");
+    for (&(_, offset), i) in acked.range((0, first)..) {
+        assert_eq!(got.get(&offset), Some(&format!("msg-{i}")), "node {f} offset {offset}");
+    }
+    for id in 1..=3 {
+        if id != f {
+            common::check_reads(&c, id, &acked, 1).await;
+        }
+    }
+    c.check_alive();
 }
