@@ -458,6 +458,8 @@ async fn admin_commands_against_a_real_cluster() {
         "4",
         "--size",
         "100",
+        "--batch",
+        "3",
         "--json",
         "--plot",
         plot.to_str().unwrap(),
@@ -477,6 +479,13 @@ async fn admin_commands_against_a_real_cluster() {
         assert!(v.get(key).is_some(), "bench report lacks {key}: {out}");
     }
     assert_eq!((v["ok"].as_u64(), v["errors"].as_u64()), (Some(60), Some(0)), "{out}");
+    let per_second: u64 = v["per_second"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(per_second, 60, "messages, not calls of three, second by second: {out}");
     let png = std::fs::read(&plot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "the plot is a PNG");
     let out = ok(&[

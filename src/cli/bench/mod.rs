@@ -13,6 +13,7 @@
 
 pub mod plot;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -69,7 +70,8 @@ pub struct Common {
     /// Run this long (e.g. 30s); the default when --count is not given is 10s.
     #[arg(long, value_parser = parse_duration, conflicts_with = "count")]
     pub duration: Option<Duration>,
-    /// Stop after this many messages.
+    /// Stop after this many messages (consume with --ids: this many
+    /// different ones, so that redeliveries cannot end an audit early).
     #[arg(long)]
     pub count: Option<u64>,
     /// Print one JSON object instead of the report.
@@ -191,8 +193,8 @@ pub struct Report {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
-    /// Operations that succeeded in each second of the run (sends, or
-    /// received messages), from the first: how soon a rate recovers.
+    /// Messages sent (acknowledged) or received in each second of the run,
+    /// from the first: how soon a rate recovers.
     pub per_second: Vec<u64>,
 }
 
@@ -208,8 +210,9 @@ enum Sent {
     Failed,
 }
 
-/// Latency samples: (seconds since the start, latency in µs).
-type Samples = Arc<Mutex<Vec<(f64, u64)>>>;
+/// Latency samples: (seconds since the start, latency in µs, messages the
+/// call sent or received).
+type Samples = Arc<Mutex<Vec<(f64, u64, u64)>>>;
 
 fn now_us() -> u64 {
     SystemTime::now()
@@ -243,8 +246,11 @@ struct Run {
     run_id: String,
     /// e2e: count only this run's messages.
     own_only: bool,
-    /// With `--ids`: the acknowledged or received messages' ids.
-    ids: Option<std::sync::Mutex<Vec<String>>>,
+    /// With `--ids`: the acknowledged or received messages' ids, in order
+    /// (a redelivered one again), and those seen.
+    ids: Option<std::sync::Mutex<(Vec<String>, HashSet<String>)>>,
+    /// With `--ids`: different ids seen.
+    distinct: AtomicU64,
 }
 
 impl Run {
@@ -262,9 +268,10 @@ impl Run {
         }
     }
 
-    async fn record(&self, latency_us: u64) {
+    /// One call done: its latency, and the messages it carried.
+    async fn record(&self, latency_us: u64, messages: u64) {
         let at = self.started.elapsed().as_secs_f64();
-        self.samples.lock().await.push((at, latency_us));
+        self.samples.lock().await.push((at, latency_us, messages));
     }
 
     async fn send_loop(self: Arc<Self>, e2e: bool) {
@@ -335,7 +342,7 @@ impl Run {
                 self.messages_ok.fetch_add(r.len() as u64, Ordering::Relaxed);
                 self.note_ids(r.iter().map(|s| &s.message_id));
                 if !e2e {
-                    self.record(t.elapsed().as_micros() as u64).await;
+                    self.record(t.elapsed().as_micros() as u64, r.len() as u64).await;
                 }
                 Sent::Ok
             }
@@ -356,9 +363,14 @@ impl Run {
     /// Keeps message ids for `--ids`.
     fn note_ids<'a>(&self, ids: impl Iterator<Item = &'a String>) {
         if let Some(kept) = &self.ids {
-            kept.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend(ids.cloned());
+            let mut kept = kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (order, seen) = &mut *kept;
+            for id in ids {
+                order.push(id.clone());
+                if seen.insert(id.clone()) {
+                    self.distinct.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
     }
 
@@ -376,7 +388,7 @@ impl Run {
         match self.client.ping(payload.into()).await {
             Ok(()) => {
                 self.messages_ok.fetch_add(1, Ordering::Relaxed);
-                self.record(t.elapsed().as_micros() as u64).await;
+                self.record(t.elapsed().as_micros() as u64, 1).await;
                 Sent::Ok
             }
             Err(e) => {
@@ -398,7 +410,11 @@ impl Run {
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return;
             }
-            if a.count.is_some_and(|n| self.received.load(Ordering::Relaxed) >= n) {
+            let received = match self.ids {
+                Some(_) => &self.distinct,
+                None => &self.received,
+            };
+            if a.count.is_some_and(|n| received.load(Ordering::Relaxed) >= n) {
                 return;
             }
             let r = self
@@ -433,7 +449,7 @@ impl Run {
                             .find(|(k, _)| k == SENT_US)
                             .and_then(|(_, v)| v.parse::<u64>().ok());
                         if let Some(s) = sent {
-                            self.record(now.saturating_sub(s)).await;
+                            self.record(now.saturating_sub(s), 1).await;
                         }
                     }
                     self.received.fetch_add(counted, Ordering::Relaxed);
@@ -499,6 +515,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         run_id: format!("{:016x}", rand::random::<u64>()),
         own_only: mode == "e2e",
         ids: a.ids.is_some().then(Default::default),
+        distinct: AtomicU64::new(0),
         args: a.clone(),
     });
     let bar = progress_bar(&a, duration);
@@ -545,21 +562,21 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let samples = std::mem::take(&mut *run.samples.lock().await);
     let mut per_second = vec![0u64; secs.ceil() as usize];
-    for (at, _) in &samples {
+    for (at, _, messages) in &samples {
         if let Some(n) = per_second.get_mut(*at as usize) {
-            *n += 1;
+            *n += messages;
         }
     }
     if let (Some(path), Some(ids)) = (&a.ids, &run.ids) {
         let ids = ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut text = String::with_capacity(ids.len() * 33);
-        for id in ids.iter() {
+        let mut text = String::with_capacity(ids.0.len() * 33);
+        for id in ids.0.iter() {
             text.push_str(id);
             text.push('\n');
         }
         std::fs::write(path, text).map_err(|e| anyhow::anyhow!("--ids {}: {e}", path.display()))?;
     }
-    let mut lat: Vec<u64> = samples.iter().map(|(_, l)| *l).collect();
+    let mut lat: Vec<u64> = samples.iter().map(|(_, l, _)| *l).collect();
     lat.sort_unstable();
     let ok = if mode == "produce" || mode == "ping" {
         run.messages_ok.load(Ordering::Relaxed)
@@ -584,7 +601,8 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         per_second,
     };
     if let Some(path) = &a.plot {
-        crate::cli::bench::plot::draw(path, &format!("raftmq bench {mode}"), &samples)?;
+        let points: Vec<(f64, u64)> = samples.iter().map(|&(at, l, _)| (at, l)).collect();
+        crate::cli::bench::plot::draw(path, &format!("raftmq bench {mode}"), &points)?;
     }
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
