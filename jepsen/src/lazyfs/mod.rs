@@ -90,6 +90,18 @@ use state::{State, lock};
 /// process's files close as it exits).
 const UNMOUNT_PATIENCE: Duration = Duration::from_secs(10);
 
+/// How long an unmount may take with its session ending, before the FUSE
+/// connection is aborted. Every node's process runs in a mount namespace
+/// of its own that holds a copy of every LazyFS mount of the run (and of
+/// other runs on the host); campaigns saw an unmount whose session never
+/// ended until those processes did, which stalled the nemesis for the
+/// rest of the run. Aborting ends the session; what the kernel had not
+/// handed over is lost, as a power loss loses it.
+const SESSION_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Where the kernel lists FUSE connections (the `fusectl` filesystem).
+const FUSE_CONNECTIONS: &str = "/sys/fs/fuse/connections";
+
 /// A mounted lazy filesystem; see the module docs.
 pub struct LazyFs {
     backing: PathBuf,
@@ -151,16 +163,31 @@ impl LazyFs {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        // A session that ended already was unmounted by someone else.
-        if !session.guard.is_finished()
-            && let Err(e) = umount(&self.mountpoint)
-        {
+        if session.guard.is_finished() {
+            // Ended already: unmounted by someone else.
+            return session
+                .join()
+                .with_context(|| format!("lazyfs session at {} ended with an error", self.mountpoint.display()));
+        }
+        let watchdog = Watchdog::start(&self.mountpoint);
+        if let Err(e) = umount(&self.mountpoint) {
+            watchdog.stop();
             self.session = Some(session);
             return Err(e);
         }
-        session
-            .join()
-            .with_context(|| format!("lazyfs session at {} ended with an error", self.mountpoint.display()))
+        let ended = session.join();
+        let aborted = watchdog.stop();
+        match ended {
+            Err(e) if aborted => {
+                eprintln!(
+                    "lazyfs: the session at {} did not end within {SESSION_PATIENCE:?} of its unmount; \
+                     its connection was aborted ({e})",
+                    self.mountpoint.display()
+                );
+                Ok(())
+            }
+            r => r.with_context(|| format!("lazyfs session at {} ended with an error", self.mountpoint.display())),
+        }
     }
 
     /// Writes every file's pending data to its backing file and fsyncs it.
@@ -257,6 +284,57 @@ fn spawn(state: &Arc<Mutex<State>>, mountpoint: &Path) -> anyhow::Result<Backgro
             mountpoint.display()
         )
     })
+}
+
+/// Aborts a mount's FUSE connection if an unmount and the end of its
+/// session take longer than [`SESSION_PATIENCE`].
+struct Watchdog {
+    done: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl Watchdog {
+    fn start(mountpoint: &Path) -> Watchdog {
+        // The connection's name is the mount's device number, read while
+        // it is still mounted.
+        let abort = fuse_connection(mountpoint).map(|id| Path::new(FUSE_CONNECTIONS).join(id).join("abort"));
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            if wait.recv_timeout(SESSION_PATIENCE) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                return false;
+            }
+            match &abort {
+                Some(path) => std::fs::write(path, "1")
+                    .map_err(|e| eprintln!("lazyfs: aborting the connection at {}: {e}", path.display()))
+                    .is_ok(),
+                None => false,
+            }
+        });
+        Watchdog { done, thread }
+    }
+
+    /// Whether it aborted the connection.
+    fn stop(self) -> bool {
+        let _ = self.done.send(());
+        self.thread.join().unwrap_or(false)
+    }
+}
+
+/// The `fusectl` name of the FUSE connection mounted at `mountpoint` (its
+/// device number as the kernel writes it), mounting `fusectl` if needed;
+/// `None` when it cannot be found.
+fn fuse_connection(mountpoint: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(mountpoint).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let id = ((u64::from(major) << 20) | u64::from(minor)).to_string();
+    let dir = Path::new(FUSE_CONNECTIONS);
+    if !dir.join(&id).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", FUSE_CONNECTIONS])
+            .output();
+    }
+    dir.join(&id).exists().then_some(id)
 }
 
 /// A plain (not lazy) unmount, so that the kernel writes dirty pages back

@@ -389,3 +389,44 @@ fn segment_throughput() {
     lazy.unmount().unwrap();
     eprintln!("unmount: {:?}", t.elapsed());
 }
+
+#[test]
+fn a_mount_names_its_fuse_connection_for_the_watchdog() {
+    let d = dirs();
+    let fs = mount(&d);
+    let id = fuse_connection(&d.mnt).expect("the mount's FUSE connection in fusectl");
+    assert!(Path::new(FUSE_CONNECTIONS).join(&id).join("abort").exists(), "{id}");
+    // An unmount whose session ends at once never aborts it.
+    let watchdog = Watchdog::start(&d.mnt);
+    assert!(!watchdog.stop());
+    fs.unmount().unwrap();
+    assert!(
+        !Path::new(FUSE_CONNECTIONS).join(&id).exists(),
+        "the connection ended with the unmount"
+    );
+}
+
+/// A copy of the mount in another process's mount namespace (each node
+/// runs in one, with copies of every mount of the run) kept the session
+/// alive after the unmount, stalling a power loss until that process
+/// ended; the watchdog aborts the connection instead, and the mount works
+/// again after.
+#[test]
+fn an_unmount_a_copy_elsewhere_holds_is_aborted_not_waited_for() {
+    let d = dirs();
+    let mut fs = mount(&d);
+    let mut holder = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "unchanged", "sleep", "120"])
+        .spawn()
+        .expect("unshare (util-linux)");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = Instant::now();
+    fs.lose_unsynced().unwrap();
+    let took = started.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(took < SESSION_PATIENCE * 2, "the power loss took {took:?}");
+    fs::write(d.mnt.join("after"), b"x").unwrap();
+    assert_eq!(fs::read(d.mnt.join("after")).unwrap(), b"x");
+    fs.unmount().unwrap();
+}
