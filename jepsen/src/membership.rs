@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use rand::Rng;
 use rand::rngs::StdRng;
-use rand::seq::IndexedRandom;
 
 use crate::cluster::{CLIENT_PORT, Cli, Cluster, GROUP, RAFT_PORT};
 use crate::observations::MemberView;
@@ -75,6 +74,7 @@ pub async fn start(
     cluster: &Mutex<Cluster>,
     rng: &mut StdRng,
     leader: Option<u64>,
+    n: u64,
     free: &[u64],
     claim: impl FnOnce(&mut StdRng) -> Option<(u64, &'static str)>,
 ) -> anyhow::Result<(Undo, String)> {
@@ -84,12 +84,18 @@ pub async fn start(
         let Some(from) = leader else {
             return Ok((Undo::Nothing, "no leader to transfer leadership from".to_string()));
         };
-        let others: Vec<u64> = free.iter().copied().filter(|&to| to != from).collect();
-        let Some(&to) = others.choose(rng) else {
+        if !free.iter().any(|&to| to != from) {
             return Ok((
                 Undo::Nothing,
                 format!("no free node to transfer leadership to from node {from}"),
             ));
+        }
+        // Drawn as before faults could overlap, skipping held nodes.
+        let to = loop {
+            let to = rng.random_range(1..=n);
+            if to != from && free.contains(&to) {
+                break to;
+            }
         };
         let out = cluster_command(&cli, &ns, "transfer-leader", &["--to", &to.to_string()]).await;
         let what = match out {

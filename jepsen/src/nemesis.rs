@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use rand::rngs::StdRng;
-use rand::seq::{IndexedRandom, SliceRandom};
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::cluster::{Cluster, MetricsAddr, scrape};
@@ -128,38 +128,52 @@ pub struct Nemesis {
 }
 
 /// The nodes a running fault holds (killed, paused, removed, damaged,
-/// skewed or filled); an overlapping fault picks among the others.
+/// skewed or filled), and by which fault; an overlapping fault picks among
+/// the others.
 #[derive(Default)]
-struct Held(Mutex<Vec<u64>>);
+struct Held(Mutex<Vec<(u64, Fault)>>);
 
 impl Held {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Fault)>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The nodes no fault holds.
     fn free(&self, n: u64) -> Vec<u64> {
         let held = self.lock();
-        (1..=n).filter(|id| !held.contains(id)).collect()
+        (1..=n).filter(|&id| held.iter().all(|&(h, _)| h != id)).collect()
     }
 
-    /// Picks the node a fault hits and holds it, in one step so that an
+    /// Picks the node `fault` hits and holds it, in one step so that an
     /// overlapping fault cannot pick it meanwhile: the leader half the
-    /// time (when it is free), otherwise a free node at random; `None`
-    /// when every node is held.
-    fn claim(&self, rng: &mut StdRng, leader: Option<u64>, n: u64) -> Option<(u64, &'static str)> {
+    /// time (when it is free), otherwise a node drawn at random, or the
+    /// next free one after it. With nothing held this draws exactly what
+    /// the nemesis drew before faults could overlap, so a seed's schedule
+    /// is unchanged without `--overlap`. `None` when no node is free, and
+    /// to keep damage on a minority: `corrupt` only while no other fault
+    /// holds a node, and no removal while a node is damaged.
+    fn claim(&self, rng: &mut StdRng, leader: Option<u64>, n: u64, fault: Fault) -> Option<(u64, &'static str)> {
         let mut held = self.lock();
-        let free: Vec<u64> = (1..=n).filter(|id| !held.contains(id)).collect();
-        let picked = match leader {
-            Some(l) if free.contains(&l) && rng.random_bool(0.5) => Some((l, "leader")),
-            _ => free.choose(rng).map(|&id| (id, "random node")),
-        }?;
-        held.push(picked.0);
-        Some(picked)
+        let minority_rule = match fault {
+            Fault::Corrupt => held.is_empty(),
+            Fault::Membership => held.iter().all(|&(_, f)| f != Fault::Corrupt),
+            _ => true,
+        };
+        if !minority_rule {
+            return None;
+        }
+        let free = |id: u64| held.iter().all(|&(h, _)| h != id);
+        let (drawn, why) = match leader {
+            Some(l) if free(l) && rng.random_bool(0.5) => (l, "leader"),
+            _ => (rng.random_range(1..=n), "random node"),
+        };
+        let id = (0..n).map(|i| (drawn - 1 + i) % n + 1).find(|&id| free(id))?;
+        held.push((id, fault));
+        Some((id, why))
     }
 
     fn release(&self, id: u64) {
-        self.lock().retain(|&h| h != id);
+        self.lock().retain(|&(h, _)| h != id);
     }
 }
 
@@ -209,11 +223,14 @@ impl Nemesis {
             return self.schedule(&self.faults, rng, self.interval / 2, until, &held).await;
         }
         let members_rng = StdRng::seed_from_u64(self.seed ^ 0x006d_656d_6265_7273);
-        tokio::try_join!(
+        // Both run to their end even if one fails, so that neither leaves
+        // a fault unhealed (a removed node is added back only by its own
+        // schedule).
+        let (faults, members) = tokio::join!(
             self.schedule(&others, rng, self.interval / 2, until, &held),
             self.schedule(&[Fault::Membership], members_rng, self.interval, until, &held),
-        )?;
-        Ok(())
+        );
+        faults.and(members)
     }
 
     /// One schedule: after `first`, faults drawn from `faults` one at a
@@ -271,7 +288,7 @@ impl Nemesis {
         // The node a fault on one node hits, held from here on.
         macro_rules! node {
             () => {
-                match held.claim(rng, leader(&self.cluster).await, n) {
+                match held.claim(rng, leader(&self.cluster).await, n, fault) {
                     Some(t) => t,
                     None => return Ok(None),
                 }
@@ -327,7 +344,10 @@ impl Nemesis {
             Fault::Membership => {
                 let l = leader(&self.cluster).await;
                 let free = held.free(n);
-                let (undo, what) = membership::start(&self.cluster, rng, l, &free, |rng| held.claim(rng, l, n)).await?;
+                let (undo, what) = membership::start(&self.cluster, rng, l, n, &free, |rng| {
+                    held.claim(rng, l, n, Fault::Membership)
+                })
+                .await?;
                 (Active::Members(undo), what)
             }
             Fault::DiskFull => {
@@ -471,21 +491,64 @@ mod tests {
     fn overlapping_faults_never_claim_a_held_node() {
         let held = Held::default();
         let mut rng = StdRng::seed_from_u64(7);
-        let (first, _) = held.claim(&mut rng, Some(1), 3).unwrap();
+        let (first, _) = held.claim(&mut rng, Some(1), 3, Fault::Kill).unwrap();
         for _ in 0..50 {
-            let (second, _) = held.claim(&mut rng, Some(first), 3).unwrap();
+            let (second, _) = held.claim(&mut rng, Some(first), 3, Fault::Pause).unwrap();
             assert_ne!(second, first, "the held leader is not picked again");
             held.release(second);
         }
-        let (second, _) = held.claim(&mut rng, None, 3).unwrap();
-        let (third, _) = held.claim(&mut rng, None, 3).unwrap();
+        let (second, _) = held.claim(&mut rng, None, 3, Fault::Membership).unwrap();
+        let (third, _) = held.claim(&mut rng, None, 3, Fault::Clock).unwrap();
         assert_eq!(held.free(3), Vec::<u64>::new());
-        assert_eq!(held.claim(&mut rng, Some(first), 3), None, "every node held");
+        assert_eq!(
+            held.claim(&mut rng, Some(first), 3, Fault::Kill),
+            None,
+            "every node held"
+        );
         let mut all = vec![first, second, third];
         all.sort_unstable();
         assert_eq!(all, vec![1, 2, 3]);
         held.release(second);
         assert_eq!(held.free(3), vec![second]);
+    }
+
+    #[test]
+    fn damage_stays_on_a_minority() {
+        let held = Held::default();
+        let mut rng = StdRng::seed_from_u64(7);
+        let (removed, _) = held.claim(&mut rng, None, 3, Fault::Membership).unwrap();
+        assert_eq!(
+            held.claim(&mut rng, None, 3, Fault::Corrupt),
+            None,
+            "no damage beside a removal"
+        );
+        held.release(removed);
+        let (damaged, _) = held.claim(&mut rng, None, 3, Fault::Corrupt).unwrap();
+        assert_eq!(
+            held.claim(&mut rng, None, 3, Fault::Membership),
+            None,
+            "no removal beside damage"
+        );
+        assert!(
+            held.claim(&mut rng, None, 3, Fault::Kill)
+                .is_some_and(|(id, _)| id != damaged)
+        );
+    }
+
+    #[test]
+    fn with_nothing_held_a_claim_draws_as_the_nemesis_always_did() {
+        for seed in 0..20 {
+            let held = Held::default();
+            let (mut a, mut b) = (StdRng::seed_from_u64(seed), StdRng::seed_from_u64(seed));
+            let leader = Some(seed % 3 + 1);
+            let (id, _) = held.claim(&mut a, leader, 3, Fault::Kill).unwrap();
+            let old = match leader {
+                Some(l) if b.random_bool(0.5) => l,
+                _ => b.random_range(1..=3),
+            };
+            assert_eq!(id, old, "seed {seed}");
+            assert_eq!(a.random::<u64>(), b.random::<u64>(), "the same draws consumed");
+        }
     }
 
     #[test]

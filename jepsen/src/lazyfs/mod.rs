@@ -91,13 +91,15 @@ use state::{State, lock};
 const UNMOUNT_PATIENCE: Duration = Duration::from_secs(10);
 
 /// How long an unmount may take with its session ending, before the FUSE
-/// connection is aborted. Every node's process runs in a mount namespace
+/// connection is aborted: past [`UNMOUNT_PATIENCE`], so that a mount still
+/// busy (and left mounted when the unmount gives up) is never aborted. Every node's process runs in a mount namespace
 /// of its own that holds a copy of every LazyFS mount of the run (and of
 /// other runs on the host); campaigns saw an unmount whose session never
 /// ended until those processes did, which stalled the nemesis for the
 /// rest of the run. Aborting ends the session; what the kernel had not
 /// handed over is lost, as a power loss loses it.
-const SESSION_PATIENCE: Duration = Duration::from_secs(10);
+const SESSION_PATIENCE: Duration = Duration::from_secs(15);
+const _: () = assert!(SESSION_PATIENCE.as_secs() > UNMOUNT_PATIENCE.as_secs());
 
 /// Where the kernel lists FUSE connections (the `fusectl` filesystem).
 const FUSE_CONNECTIONS: &str = "/sys/fs/fuse/connections";
