@@ -199,15 +199,23 @@ async fn held_messages_are_bounded_and_room_comes_back() {
 
     let now = raftmq::clock::now_ms();
     let far = now + 600_000;
+    // Two batches of two at once: the second is refused whether or not the
+    // first was applied yet (admitted sends count until they are over).
+    let batch = |tag: &str| {
+        (0..2)
+            .map(|i| Outgoing::new("Timed", format!("{tag}{i}")).deliver_at(far))
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = tokio::join!(client.send_batch(batch("a")), client.send_batch(batch("b")));
+    assert_eq!(
+        [a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count(),
+        1,
+        "four past a bound of three: {a:?} {b:?}"
+    );
     client
-        .send(Outgoing::new("Timed", "soon").deliver_at(now + 2_000))
+        .send(Outgoing::new("Timed", "soon").deliver_at(now + 8_000))
         .await
         .unwrap();
-    client
-        .send(Outgoing::new("Timed", "far").deliver_at(far))
-        .await
-        .unwrap();
-    client.send(Outgoing::new("Txn", "open").transactional()).await.unwrap();
     for (what, m) in [
         ("timed", Outgoing::new("Timed", "over").deliver_at(far)),
         ("transactional", Outgoing::new("Txn", "over").transactional()),

@@ -64,7 +64,7 @@ impl Broker {
                 offset,
             };
             self.node.write(raftmq_raft::Command::admin(&reset)).await?;
-            self.commit_offset_local(group, topic, q, offset).await?;
+            self.commit_offset_local(group, topic, q, offset, false).await?;
         }
         Ok(())
     }

@@ -119,8 +119,10 @@ impl Default for LimitsConfig {
 
 /// Snapshot bytes one item of each bounded kind takes, about (JSON, with
 /// the 12- and 13-digit numbers a long-lived group reaches, and group and
-/// topic names shared by many entries); [`LimitsConfig::worst_snapshot_bytes`]
-/// adds them up.
+/// topic names of about 20 bytes shared by many entries);
+/// [`LimitsConfig::worst_snapshot_bytes`] adds them up. An estimate, not a
+/// bound: names are written again for every (group, topic) pair and every
+/// queue, so many long names take more.
 mod snapshot_bytes {
     /// A delivery in flight: offset, visibility deadline, attempt, handle.
     pub const INFLIGHT: u64 = 81;
@@ -145,17 +147,22 @@ const MAX_CONNECTION_TIMER_MS: u64 = 7 * 24 * 3600 * 1000;
 
 impl LimitsConfig {
     /// The most the state these bounds allow takes of a Raft snapshot,
-    /// about: every bound reached at once, with the broker group's most
-    /// queues. Each kind is bounded on its own; this keeps them within one
+    /// about (see [`snapshot_bytes`]): every bound reached at once, with
+    /// the broker group's most queues. Each kind is bounded on its own; this keeps them within one
     /// snapshot together.
     pub fn worst_snapshot_bytes(&self) -> u64 {
         use snapshot_bytes::*;
-        let n = |v: usize| v as u64;
-        n(self.max_inflight_total) * INFLIGHT
-            + n(self.max_consumer_positions) * (OFFSET + POSITION)
-            + n(self.max_held_messages) * HELD
-            + crate::broker::MAX_GROUP_QUEUES * QUEUE
-            + n(self.max_topics + self.max_groups) * CONFIG
+        let n = |v: usize, each: u64| (v as u64).saturating_mul(each);
+        [
+            n(self.max_inflight_total, INFLIGHT),
+            n(self.max_consumer_positions, OFFSET + POSITION),
+            n(self.max_held_messages, HELD),
+            crate::broker::MAX_GROUP_QUEUES.saturating_mul(QUEUE),
+            n(self.max_topics, CONFIG),
+            n(self.max_groups, CONFIG),
+        ]
+        .into_iter()
+        .fold(0, u64::saturating_add)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {

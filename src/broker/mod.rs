@@ -125,6 +125,9 @@ pub struct Broker {
     pub reads: Arc<lane::Lane>,
     /// Sends in progress at this node (`limits.max_inflight_sends`).
     sends: Arc<tokio::sync::Semaphore>,
+    /// Held messages this node admitted and has not seen applied yet
+    /// (`limits.max_held_messages`, [`held::store`]).
+    pub held_admitted: std::sync::atomic::AtomicUsize,
 }
 
 impl Broker {
@@ -168,6 +171,7 @@ impl Broker {
             reads,
             digests: lane::Lane::new("log digests", 1, DIGESTS_WAITING),
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
+            held_admitted: std::sync::atomic::AtomicUsize::new(0),
             live: runtime_config::LiveConfig::new(cfg.clone()),
             dialer: Dialer::new(tls),
             cfg,
@@ -361,18 +365,23 @@ impl Broker {
     }
 
     /// Commits a consumer group's offset in a queue (offset-based consumers).
+    /// `bounded`: a new offset past `limits.max_consumer_positions` is
+    /// refused (a client's commit); an admin's reset is not, so that it is
+    /// never left half done.
     pub async fn commit_offset_local(
         &self,
         group: &str,
         topic: &str,
         queue_id: u32,
         offset: u64,
+        bounded: bool,
     ) -> Result<(), BrokerError> {
         let bound = self.cfg.limits.max_consumer_positions as u64;
-        let full = self
-            .node
-            .sm
-            .with_metadata(|m| !m.has_offset(group, topic, queue_id) && m.committed_offsets() >= bound);
+        let full = bounded
+            && self
+                .node
+                .sm
+                .with_metadata(|m| !m.has_offset(group, topic, queue_id) && m.committed_offsets() >= bound);
         if full {
             return Err(BrokerError::Refused(
                 Code::Forbidden,
@@ -387,7 +396,7 @@ impl Broker {
             topic: topic.to_string(),
             queue_id,
             offset,
-            bound: Some(bound),
+            bound: bounded.then_some(bound),
         });
         match self.node.write(cmd).await?.1 {
             Response::Rejected(why) => Err(BrokerError::Refused(Code::Forbidden, why)),

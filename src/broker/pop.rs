@@ -533,7 +533,9 @@ fn plan(
             .and_then(|t| t.get(&r.topic))
             .map(|q| q.iter().map(|(k, v)| (*k, QueueView::of(v, now, group))).collect())
             .unwrap_or_default();
-        let full = consumption::positions(&m.consumption) >= limits.max_consumer_positions as u64;
+        // Walks every group and topic: only when a queue lacks a position.
+        let full = views.len() < topic.as_ref().map_or(0, |t| t.read_queues.max(1) as usize)
+            && consumption::positions(&m.consumption) >= limits.max_consumer_positions as u64;
         (topic, views, inflight.room(&r.group, bounds), full)
     });
     let topic: TopicConfig = topic.ok_or_else(|| BrokerError::TopicNotFound(r.topic.clone()))?;

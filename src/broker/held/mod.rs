@@ -6,6 +6,8 @@
 pub mod timers;
 pub mod transactions;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use raftmq_raft::command::{AdminCommand, Command, Response, SendBatch};
 use raftmq_raft::held::{self, HeldId};
 use raftmq_raft::message::MessageView;
@@ -48,7 +50,8 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
         })
         .collect();
     broker.check_send(system_topic, 0, &messages)?;
-    check_room(broker, messages.len())?;
+    // Held until the send is over, applied or not.
+    let _room = Room::take(broker, messages.len())?;
     let n = messages.len() as u32;
     // Counted under their real topics, once stored.
     let counted: Vec<(String, usize)> = messages
@@ -85,26 +88,44 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
     }
 }
 
-/// Refuses `adding` more held messages when the group holds its bound
-/// already: each is in every snapshot until released. Checked where the
-/// leader admits the send, so sends admitted at the same moment may pass
-/// the bound by their own messages; the bound leaves room for that.
-fn check_room(broker: &Broker, adding: usize) -> Result<(), BrokerError> {
-    let bound = broker.cfg.limits.max_held_messages;
-    let held = broker
-        .node
-        .sm
-        .with_metadata(|m| m.held.timers.len() + m.held.halves.len());
-    if held.saturating_add(adding) > bound {
-        return Err(BrokerError::Refused(
-            Code::TooManyRequests,
-            format!(
-                "this broker group holds {held} timed and transactional messages, its limit \
-                 (limits.max_held_messages): retry once some are due or ended"
-            ),
-        ));
+/// A place for held messages this node admitted, counted against
+/// `limits.max_held_messages` beside those applied until the send is over
+/// (for a moment after its apply, twice): sends admitted at the same moment
+/// cannot pass the bound together, whatever their size.
+struct Room<'a> {
+    admitted: &'a AtomicUsize,
+    n: usize,
+}
+
+impl<'a> Room<'a> {
+    /// Takes room for `n` more, or refuses when the group holds its bound
+    /// already: each is in every snapshot until released.
+    fn take(broker: &'a Broker, n: usize) -> Result<Room<'a>, BrokerError> {
+        let bound = broker.cfg.limits.max_held_messages;
+        let admitted = &broker.held_admitted;
+        let before = admitted.fetch_add(n, Ordering::AcqRel);
+        let held = broker
+            .node
+            .sm
+            .with_metadata(|m| m.held.timers.len() + m.held.halves.len());
+        if held.saturating_add(before).saturating_add(n) > bound {
+            admitted.fetch_sub(n, Ordering::AcqRel);
+            return Err(BrokerError::Refused(
+                Code::TooManyRequests,
+                format!(
+                    "this broker group holds {held} timed and transactional messages and is storing \
+                     {before} more, its limit (limits.max_held_messages): retry once some are due or ended"
+                ),
+            ));
+        }
+        Ok(Room { admitted, n })
     }
-    Ok(())
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        self.admitted.fetch_sub(self.n, Ordering::AcqRel);
+    }
 }
 
 /// A held message read back and made ready for its real topic.

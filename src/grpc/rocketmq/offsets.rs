@@ -54,7 +54,9 @@ pub(super) async fn update_offset(
                 let offset = u64::try_from(req.offset)
                     .map_err(|_| BrokerError::Refused(Code::IllegalOffset, "negative offset".into()))?;
                 svc.broker.popper.group(&group).await?;
-                svc.broker.commit_offset_local(&group, &topic, queue_id, offset).await?;
+                svc.broker
+                    .commit_offset_local(&group, &topic, queue_id, offset, true)
+                    .await?;
                 Ok(v2::UpdateOffsetResponse { status: Some(ok()) })
             },
             |mut c, r| async move { c.update_offset(r).await.map(Response::into_inner) },
