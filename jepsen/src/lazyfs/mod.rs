@@ -178,18 +178,20 @@ impl LazyFs {
             return Err(e);
         }
         let ended = session.join();
-        let aborted = watchdog.stop();
-        match ended {
-            Err(e) if aborted => {
-                eprintln!(
-                    "lazyfs: the session at {} did not end within {SESSION_PATIENCE:?} of its unmount; \
-                     its connection was aborted ({e})",
-                    self.mountpoint.display()
-                );
-                Ok(())
-            }
-            r => r.with_context(|| format!("lazyfs session at {} ended with an error", self.mountpoint.display())),
+        if !watchdog.stop() {
+            return ended
+                .with_context(|| format!("lazyfs session at {} ended with an error", self.mountpoint.display()));
         }
+        // The abort ends the session with an error of its own.
+        eprintln!(
+            "lazyfs: the session at {} did not end within {SESSION_PATIENCE:?} of its unmount; \
+             its connection was aborted ({})",
+            self.mountpoint.display(),
+            ended
+                .err()
+                .map_or_else(|| "it then ended cleanly".to_string(), |e| e.to_string())
+        );
+        Ok(())
     }
 
     /// Writes every file's pending data to its backing file and fsyncs it.
