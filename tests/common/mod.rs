@@ -30,7 +30,8 @@ pub fn topic_request(name: &str, queues: u32, message_type: &str) -> pb::PutTopi
 /// A port nothing listens on, below the OS's ephemeral range: a port picked
 /// there cannot be taken by an outgoing connection's local end between the
 /// pick and the server's bind (which port 0 allows). Never the same twice in
-/// one process; the start is spread by process id.
+/// one process, nor one of its `raftmq dev` clusters' ports; the start is
+/// spread by process id.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -44,9 +45,11 @@ pub fn free_port() -> u16 {
     let bottom = top.saturating_sub(20_000).max(1_024);
     let span = top - bottom;
     let start = std::process::id().wrapping_mul(7_919);
+    // The ports this process's `raftmq dev` clusters lay out (dev.rs).
+    let dev = dev::base_port() + 8_000..dev::base_port().saturating_add(11_000);
     for _ in 0..span {
         let port = (bottom + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !dev.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
