@@ -78,7 +78,8 @@ enum Command {
     },
     /// Check a stored run again (its directory, e.g. jepsen/store/<test>/latest).
     Check { dir: PathBuf },
-    /// Remove network namespaces and interfaces that runs left behind.
+    /// Remove network namespaces and interfaces that runs left behind (a
+    /// running test's are kept).
     Clean,
 }
 

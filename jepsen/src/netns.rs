@@ -254,22 +254,52 @@ impl Drop for Network {
     }
 }
 
-/// Removes every namespace and host interface any run left behind.
+/// Removes every namespace and host interface a run left behind: those
+/// whose run (the process whose id tags them) is gone. A running test's are
+/// kept; removing them would cut its cluster off mid-run.
 pub fn clean_all() -> anyhow::Result<usize> {
     let mut n = 0;
     for line in run(&["ip", "netns", "list"])?.lines() {
-        if let Some(name) = line.split_whitespace().next().filter(|n| n.starts_with(PREFIX)) {
+        if let Some(name) = line.split_whitespace().next().filter(|n| left_behind(n)) {
             run(&["ip", "netns", "del", name])?;
             n += 1;
         }
     }
     for line in run(&["ip", "-o", "link", "show"])?.lines() {
         if let Some(name) = line.split(':').nth(1).map(str::trim).and_then(|n| n.split('@').next())
-            && name.starts_with(PREFIX)
+            && left_behind(name)
         {
             let _ = run(&["ip", "link", "del", name]);
             n += 1;
         }
     }
     Ok(n)
+}
+
+/// Whether `name` is one of ours and its run's process is gone.
+fn left_behind(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(PREFIX) else {
+        return false;
+    };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    match digits.parse::<u32>() {
+        Ok(pid) => pid == std::process::id() || !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_keeps_what_a_live_run_owns() {
+        let me = std::process::id();
+        let parent = std::os::unix::process::parent_id();
+        assert!(!left_behind(&format!("{PREFIX}{parent}-n1")), "a live run's namespace");
+        assert!(!left_behind(&format!("{PREFIX}{parent}h")), "a live run's interface");
+        assert!(left_behind(&format!("{PREFIX}{me}-br")), "this process cleans its own");
+        assert!(left_behind(&format!("{PREFIX}{}-n1", u32::MAX)), "a run long gone");
+        assert!(!left_behind("eth0"), "not ours");
+    }
 }
