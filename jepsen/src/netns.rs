@@ -255,19 +255,20 @@ impl Drop for Network {
 }
 
 /// Removes every namespace and host interface a run left behind: those
-/// whose run (the process whose id tags them) is gone. A running test's are
-/// kept; removing them would cut its cluster off mid-run.
+/// whose tag no running harness process has. A running test's are kept;
+/// removing them would cut its cluster off mid-run.
 pub fn clean_all() -> anyhow::Result<usize> {
+    let live = live_tags();
     let mut n = 0;
     for line in run(&["ip", "netns", "list"])?.lines() {
-        if let Some(name) = line.split_whitespace().next().filter(|n| left_behind(n)) {
+        if let Some(name) = line.split_whitespace().next().filter(|n| left_behind(n, &live)) {
             run(&["ip", "netns", "del", name])?;
             n += 1;
         }
     }
     for line in run(&["ip", "-o", "link", "show"])?.lines() {
         if let Some(name) = line.split(':').nth(1).map(str::trim).and_then(|n| n.split('@').next())
-            && left_behind(name)
+            && left_behind(name, &live)
         {
             let _ = run(&["ip", "link", "del", name]);
             n += 1;
@@ -276,14 +277,30 @@ pub fn clean_all() -> anyhow::Result<usize> {
     Ok(n)
 }
 
-/// Whether `name` is one of ours and its run's process is gone.
-fn left_behind(name: &str) -> bool {
+/// The tags of the runs still going: those of the other harness
+/// processes (a run's tag is its process id modulo 256).
+fn live_tags() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with("raftmq-jepsen"))
+        })
+        .map(|pid| pid % 256)
+        .collect()
+}
+
+/// Whether `name` is one of ours and no running harness owns its tag.
+fn left_behind(name: &str, live: &[u32]) -> bool {
     let Some(rest) = name.strip_prefix(PREFIX) else {
         return false;
     };
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     match digits.parse::<u32>() {
-        Ok(pid) => pid == std::process::id() || !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        Ok(tag) => !live.contains(&tag),
         Err(_) => true,
     }
 }
@@ -294,12 +311,13 @@ mod tests {
 
     #[test]
     fn clean_keeps_what_a_live_run_owns() {
-        let me = std::process::id();
-        let parent = std::os::unix::process::parent_id();
-        assert!(!left_behind(&format!("{PREFIX}{parent}-n1")), "a live run's namespace");
-        assert!(!left_behind(&format!("{PREFIX}{parent}h")), "a live run's interface");
-        assert!(left_behind(&format!("{PREFIX}{me}-br")), "this process cleans its own");
-        assert!(left_behind(&format!("{PREFIX}{}-n1", u32::MAX)), "a run long gone");
-        assert!(!left_behind("eth0"), "not ours");
+        let live = [120, 241];
+        assert!(
+            !left_behind(&format!("{PREFIX}120-n1"), &live),
+            "a live run's namespace"
+        );
+        assert!(!left_behind(&format!("{PREFIX}241h"), &live), "a live run's interface");
+        assert!(left_behind(&format!("{PREFIX}7-br"), &live), "a run long gone");
+        assert!(!left_behind("eth0", &live), "not ours");
     }
 }
