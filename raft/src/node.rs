@@ -196,8 +196,11 @@ impl RaftNode {
         let has_peers = cfg.initial_members.keys().any(|&id| id != cfg.node_id);
         let (store, log, sm) = match open_storage(&cfg).await {
             Err(e) if has_peers && crate::quarantine::is_damage(&e) => {
-                let to = crate::quarantine::set_aside(&cfg.data_dir)?;
-                tracing::error!(error = %e, quarantine = %to.display(),
+                // Room for a new store to start and take writes: two segments.
+                let room = cfg.store.segment_size.saturating_mul(2);
+                let to = crate::quarantine::set_aside(&cfg.data_dir, room)?;
+                let kept = to.map_or_else(|| "deleted for room".to_string(), |t| t.display().to_string());
+                tracing::error!(error = %e, quarantine = %kept,
                     "the store is damaged beyond what recovery cuts; set it aside, starting empty to be sent the log again");
                 open_storage(&cfg).await?
             }

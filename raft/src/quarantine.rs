@@ -10,13 +10,18 @@
 //! cannot vote twice in a term, the committed id so that it knows what it
 //! lost and neither votes nor campaigns until it has it again
 //! ([`crate::catching_up`]). The quarantined files are kept for the
-//! operator to inspect and delete. A node configured without peers has no
-//! one to send it the log: its damaged store is all there is, so it
-//! refuses to start instead.
+//! operator to inspect and delete, but only the newest set, and only when
+//! the disk keeps room for the new store beside it: a node damaged again
+//! and again must not fill its disk with copies and then fail to start (a
+//! jepsen campaign's node did, at its third copy on a 256 MiB disk). A
+//! node configured without peers has no one to send it the log: its
+//! damaged store is all there is, so it refuses to start instead.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+
+use raftmq_store::retention::DiskProbe;
 
 use crate::error::RaftError;
 use crate::raft_meta::{COMMITTED_FILE, VOTE_COPY_FILE, VOTE_FILE};
@@ -42,13 +47,24 @@ pub fn is_damage(e: &RaftError) -> bool {
 }
 
 /// Moves everything in `data` but the quarantine itself, the store's lock
-/// file and the vote and committed files into a new quarantine directory;
-/// returns it.
-pub fn set_aside(data: &Path) -> io::Result<PathBuf> {
+/// file and the vote and committed files into a new quarantine directory,
+/// after deleting any older one. Returns the new directory, or `None` when
+/// it was deleted too because fewer than `room` bytes would be left free
+/// for the new store (the group holds the good copy; a store that cannot
+/// start helps no one).
+pub fn set_aside(data: &Path, room: u64) -> io::Result<Option<PathBuf>> {
+    let quarantine = data.join(QUARANTINE_DIR);
+    if let Ok(older) = fs::read_dir(&quarantine) {
+        for entry in older {
+            let path = entry?.path();
+            tracing::warn!(dir = %path.display(), "deleting an older quarantined store: only the newest is kept");
+            fs::remove_dir_all(&path)?;
+        }
+    }
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    let to = data.join(QUARANTINE_DIR).join(ms.to_string());
+    let to = quarantine.join(ms.to_string());
     fs::create_dir_all(to.join("raft"))?;
     let keep_raft = [VOTE_FILE, VOTE_COPY_FILE, COMMITTED_FILE];
     for entry in fs::read_dir(data)? {
@@ -69,7 +85,17 @@ pub fn set_aside(data: &Path) -> io::Result<PathBuf> {
     }
     fs::File::open(data)?.sync_all()?;
     fs::File::open(data.join("raft"))?.sync_all()?;
-    Ok(to)
+    let free = raftmq_store::retention::StatvfsProbe
+        .usage(data)
+        .map(|u| u.total_bytes.saturating_sub(u.used_bytes))
+        .unwrap_or(u64::MAX);
+    if free < room {
+        tracing::error!(dir = %to.display(), free, needed = room,
+            "no room to keep the damaged store beside a new one; deleting it");
+        fs::remove_dir_all(&to)?;
+        return Ok(None);
+    }
+    Ok(Some(to))
 }
 
 #[cfg(test)]
@@ -115,7 +141,7 @@ mod tests {
         ] {
             fs::write(d.join("raft").join(f), b"x").unwrap();
         }
-        let to = set_aside(d).unwrap();
+        let to = set_aside(d, 0).unwrap().unwrap();
         for kept in ["lock", "raft/vote.json", "raft/vote.copy.json", "raft/committed.json"] {
             assert!(d.join(kept).exists(), "{kept} stays");
         }
@@ -130,8 +156,16 @@ mod tests {
             assert!(!d.join(moved).exists(), "{moved} moved");
             assert!(to.join(moved).exists(), "{moved} in the quarantine");
         }
-        // A second quarantine leaves the first where it is.
-        let again = set_aside(d).unwrap();
-        assert!(to.exists() && again.starts_with(d.join(QUARANTINE_DIR)));
+        // A second quarantine replaces the first: only the newest is kept.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        fs::create_dir_all(d.join("commitlog")).unwrap();
+        let again = set_aside(d, 0).unwrap().unwrap();
+        assert!(!to.exists() && again.exists());
+        assert_eq!(fs::read_dir(d.join(QUARANTINE_DIR)).unwrap().count(), 1);
+        // Without room for a new store beside it, the copy goes too.
+        fs::create_dir_all(d.join("commitlog")).unwrap();
+        assert_eq!(set_aside(d, u64::MAX).unwrap(), None);
+        assert_eq!(fs::read_dir(d.join(QUARANTINE_DIR)).unwrap().count(), 0);
+        assert!(d.join("raft/vote.json").exists(), "the vote still stays");
     }
 }
