@@ -138,6 +138,12 @@ mod snapshot_bytes {
     pub const CONFIG: u64 = 256;
 }
 
+/// Most queues over all of a group's topics: a tenth below what a snapshot
+/// may list ([`raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES`], which a
+/// follower checks before installing one), leaving room for the retry and
+/// dead-letter queues groups make after the check.
+pub const MAX_GROUP_QUEUES: u64 = raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES as u64 / 10 * 9;
+
 /// What the bounded state may take of a snapshot together: the 256 MiB a
 /// follower installs, less room for users, policies and the rest.
 const SNAPSHOT_BUDGET: u64 = 240 << 20;
@@ -157,7 +163,7 @@ impl LimitsConfig {
             n(self.max_inflight_total, INFLIGHT),
             n(self.max_consumer_positions, OFFSET + POSITION),
             n(self.max_held_messages, HELD),
-            crate::broker::MAX_GROUP_QUEUES.saturating_mul(QUEUE),
+            MAX_GROUP_QUEUES.saturating_mul(QUEUE),
             n(self.max_topics, CONFIG),
             n(self.max_groups, CONFIG),
         ]

@@ -92,11 +92,7 @@ const DIGESTS_WAITING: usize = 3;
 /// at once off the async workers (each holds a long-polling place too, so
 /// the line is as long as `limits.max_long_polls`).
 const CONCURRENT_READS: usize = 4;
-/// Most queues over all of a group's topics: a tenth below what a snapshot
-/// may list ([`raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES`], which a
-/// follower checks before installing one), leaving room for the retry and
-/// dead-letter queues groups make after the check.
-pub const MAX_GROUP_QUEUES: u64 = raftmq_raft::state_machine::MAX_SNAPSHOT_QUEUES as u64 / 10 * 9;
+pub use limits::MAX_GROUP_QUEUES;
 
 pub struct Broker {
     pub node: Arc<RaftNode>,
