@@ -272,16 +272,54 @@ impl Pull {
         let mut budget = ResponseBudget::new(self.max_bytes);
         while next < max && (out.len() as u64) < self.batch && next - start < 1024 {
             let q = next;
-            let Ok((unit, bytes)) = store.message(topic, self.queue_id, q) else {
-                next += 1;
-                continue;
+            // A unit that does not lead to its message is damage on this
+            // node, never a message to skip: skipping would hand the client
+            // a silent gap (found by a jepsen campaign: two flipped bits in
+            // a ConsumeQueue left one committed message out of a drain).
+            // Only a unit retention purged meanwhile is passed over.
+            let damaged = |e: String| {
+                if store.queue(topic, self.queue_id).is_some_and(|cq| q < cq.min_offset()) {
+                    return None;
+                }
+                tracing::error!(topic, queue = self.queue_id, offset = q, error = %e,
+                    "a ConsumeQueue unit does not lead to its message: this node's index is damaged");
+                Some(BrokerError::Internal(format!(
+                    "{topic}/{} offset {q}: this node's index is damaged ({e}); read from another node",
+                    self.queue_id
+                )))
+            };
+            let (unit, bytes) = match store.message(topic, self.queue_id, q) {
+                Ok(found) => found,
+                Err(e) => match damaged(e.to_string()) {
+                    Some(e) => return Err(e),
+                    None => {
+                        next += 1;
+                        continue;
+                    }
+                },
             };
             if !budget.fits(bytes.len()) {
                 break;
             }
             next += 1;
-            let Ok((view, _)) = MessageView::parse(&bytes) else {
-                continue;
+            // The unit's size and tag hash must be the message's own.
+            let parsed = MessageView::parse(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|(view, len)| {
+                    match len == bytes.len() && raftmq_raft::message::tag_hash(view.tag) == unit.tag_hash {
+                        true => Ok(view),
+                        false => Err(format!(
+                            "the unit ({} bytes) does not describe the message there",
+                            bytes.len()
+                        )),
+                    }
+                });
+            let view = match parsed {
+                Ok(view) => view,
+                Err(e) => match damaged(e) {
+                    Some(e) => return Err(e),
+                    None => continue,
+                },
             };
             if filter.may_match(unit.tag_hash) && filter.matches(&view) {
                 budget.take(bytes.len());
