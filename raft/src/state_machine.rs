@@ -86,7 +86,7 @@ pub struct Metadata {
 
 impl Metadata {
     /// Whether `group` has an offset in `topic`'s queue `queue_id`.
-    pub fn has_offset(&self, group: &str, topic: &str, queue_id: u32) -> bool {
+    fn has_offset(&self, group: &str, topic: &str, queue_id: u32) -> bool {
         self.offsets
             .get(group)
             .and_then(|t| t.get(topic))
@@ -95,12 +95,24 @@ impl Metadata {
 
     /// Committed offsets over every group, topic and queue: each is in
     /// every snapshot. Walks the groups and their topics, not the queues.
-    pub fn committed_offsets(&self) -> u64 {
+    fn committed_offsets(&self) -> u64 {
         self.offsets
             .values()
             .flat_map(|t| t.values())
             .map(|q| q.len() as u64)
             .sum()
+    }
+
+    /// Why committing `group`'s offset in `topic`'s queue `queue_id` would
+    /// pass `bound` (`limits.max_consumer_positions`): only a new offset
+    /// can. The leader asks before proposing, and applying asks again.
+    pub fn offset_refusal(&self, group: &str, topic: &str, queue_id: u32, bound: u64) -> Option<String> {
+        (!self.has_offset(group, topic, queue_id) && self.committed_offsets() >= bound).then(|| {
+            format!(
+                "this broker group keeps {bound} committed offsets, its limit \
+                 (limits.max_consumer_positions): delete unused consumer groups"
+            )
+        })
     }
 }
 
@@ -646,14 +658,8 @@ fn apply_admin(md: &mut Metadata, inflight: &mut InFlightCounts, a: AdminCommand
             offset,
             bound,
         } => {
-            if let Some(bound) = bound
-                && !md.has_offset(&group, &topic, queue_id)
-                && md.committed_offsets() >= bound
-            {
-                return Response::Rejected(format!(
-                    "this broker group keeps {bound} committed offsets, its limit \
-                     (limits.max_consumer_positions): delete unused consumer groups"
-                ));
+            if let Some(why) = bound.and_then(|b| md.offset_refusal(&group, &topic, queue_id, b)) {
+                return Response::Rejected(why);
             }
             md.offsets
                 .entry(group)

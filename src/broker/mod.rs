@@ -373,19 +373,13 @@ impl Broker {
         bounded: bool,
     ) -> Result<(), BrokerError> {
         let bound = self.cfg.limits.max_consumer_positions as u64;
-        let full = bounded
-            && self
+        if bounded
+            && let Some(why) = self
                 .node
                 .sm
-                .with_metadata(|m| !m.has_offset(group, topic, queue_id) && m.committed_offsets() >= bound);
-        if full {
-            return Err(BrokerError::Refused(
-                Code::Forbidden,
-                format!(
-                    "this broker group keeps {bound} committed offsets, its limit \
-                     (limits.max_consumer_positions): delete unused consumer groups"
-                ),
-            ));
+                .with_metadata(|m| m.offset_refusal(group, topic, queue_id, bound))
+        {
+            return Err(BrokerError::Refused(Code::Forbidden, why));
         }
         let cmd = raftmq_raft::Command::admin(&AdminCommand::CommitOffset {
             group: group.to_string(),
