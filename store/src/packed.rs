@@ -1,22 +1,111 @@
 //! Sector-packed arrays of 20-byte units (ConsumeQueue units and key-index
-//! entries).
+//! entries), and the seal that lets a reader tell a damaged block.
 //!
 //! Units are laid out 25 to a 512-byte block (500 bytes of units, then 12
-//! bytes of zero padding), so no unit ever straddles a 512-byte sector. Disks
-//! write whole sectors atomically, so after a power loss every unit on disk is
+//! bytes of seal), so no unit ever straddles a 512-byte sector. Disks write
+//! whole sectors atomically, so after a power loss every unit on disk is
 //! either entirely old (zero) or entirely new: recovery never sees a torn
 //! unit whose half-written fields look plausible. The cost is 2.3 % of space.
 //!
 //! ```text
-//! block k (512 bytes): unit 25k | unit 25k+1 | ... | unit 25k+24 | 12 pad
+//! block k (512 bytes): unit 25k | unit 25k+1 | ... | unit 25k+24 | seal (12)
+//!
+//! seal: offset 0  4 bytes  SEAL_MAGIC ("RCQ1")
+//!              4  4 bytes  CRC32 (crc32fast, IEEE) of the block's 500 unit bytes, LE
+//!              8  4 bytes  zero
 //! ```
-
+//!
+//! A writer that seals (the ConsumeQueue) writes a unit, then the seal of
+//! its block anew, so a flipped bit anywhere in a block is found when the
+//! block is read. A seal of all zeros is an unsealed block: one written
+//! before seals existed, or by an array that does not seal (the key index);
+//! it is read unchecked. Anything else in those 12 bytes is damage.
+//!
+//! After a crash the disk may hold a block whose seal is older than its
+//! units (the unit reached the disk, the seal written after it did not), so
+//! recovery accepts the seal of any prefix of the block's units
+//! ([`seal_fits_a_prefix`]); a block below the durable mark was made
+//! durable whole, so only a unit above it can be left out that way.
 /// Size of one unit.
 pub const UNIT_SIZE: u64 = 20;
 /// The write-atomicity size assumed of the disk.
 pub const BLOCK_SIZE: u64 = 512;
 /// Units per block: `BLOCK_SIZE / UNIT_SIZE`, rounded down.
 pub const UNITS_PER_BLOCK: u64 = BLOCK_SIZE / UNIT_SIZE;
+
+/// Bytes of units in one block.
+pub const UNIT_BYTES: u64 = UNITS_PER_BLOCK * UNIT_SIZE;
+/// Bytes of the seal after them.
+pub const SEAL_LEN: u64 = BLOCK_SIZE - UNIT_BYTES;
+/// First bytes of a seal.
+pub const SEAL_MAGIC: [u8; 4] = *b"RCQ1";
+
+/// What a block's seal says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seal {
+    /// All zeros: not sealed (read unchecked).
+    Unsealed,
+    /// The CRC32 of the block's unit bytes when it was sealed.
+    Sealed(u32),
+    /// Neither: the seal itself is damaged.
+    Damaged,
+}
+
+impl Seal {
+    /// Reads the [`SEAL_LEN`] bytes after a block's units.
+    pub fn read(bytes: &[u8]) -> Seal {
+        if bytes.iter().all(|&b| b == 0) {
+            return Seal::Unsealed;
+        }
+        match bytes {
+            [m0, m1, m2, m3, c0, c1, c2, c3, 0, 0, 0, 0] if [*m0, *m1, *m2, *m3] == SEAL_MAGIC => {
+                Seal::Sealed(u32::from_le_bytes([*c0, *c1, *c2, *c3]))
+            }
+            _ => Seal::Damaged,
+        }
+    }
+}
+
+/// The seal of a block whose unit bytes are `units` ([`UNIT_BYTES`]).
+pub fn seal(units: &[u8]) -> [u8; SEAL_LEN as usize] {
+    let mut s = [0u8; SEAL_LEN as usize];
+    s[..4].copy_from_slice(&SEAL_MAGIC);
+    s[4..8].copy_from_slice(&crc32fast::hash(units).to_le_bytes());
+    s
+}
+
+/// Whether a block's seal (`seal_bytes`) fits its unit bytes (`units`)
+/// exactly: unsealed, or sealed with their CRC.
+pub fn seal_fits(units: &[u8], seal_bytes: &[u8]) -> bool {
+    match Seal::read(seal_bytes) {
+        Seal::Unsealed => true,
+        Seal::Sealed(crc) => crc32fast::hash(units) == crc,
+        Seal::Damaged => false,
+    }
+}
+
+/// Whether a block's seal fits the block as it was when only its first `n`
+/// units were written, for some `n <= present`: what a crash can leave
+/// (see the module docs).
+pub fn seal_fits_a_prefix(units: &[u8], seal_bytes: &[u8], present: u64) -> bool {
+    const ZEROS: [u8; UNIT_BYTES as usize] = [0; UNIT_BYTES as usize];
+    let Seal::Sealed(crc) = Seal::read(seal_bytes) else {
+        return Seal::read(seal_bytes) == Seal::Unsealed;
+    };
+    let len = units.len().min(UNIT_BYTES as usize);
+    (0..=present.min(UNITS_PER_BLOCK)).any(|n| {
+        let cut = ((n * UNIT_SIZE) as usize).min(len);
+        let mut h = crc32fast::Hasher::new();
+        h.update(&units[..cut]);
+        h.update(&ZEROS[..len - cut]);
+        h.finalize() == crc
+    })
+}
+
+/// Byte position of the block holding unit `i`.
+pub const fn block_pos(i: u64) -> u64 {
+    (i / UNITS_PER_BLOCK) * BLOCK_SIZE
+}
 
 /// Byte position of unit `i` within a file of packed units.
 pub const fn unit_pos(i: u64) -> u64 {
@@ -41,5 +130,38 @@ mod tests {
         }
         assert_eq!(unit_pos(25), 512);
         assert_eq!(file_len(300_000), 300_000 / 25 * 512);
+        assert_eq!(UNIT_BYTES + SEAL_LEN, BLOCK_SIZE);
+    }
+
+    #[test]
+    fn a_seal_tells_damage_and_a_crash_from_each_other() {
+        let mut units = [0u8; UNIT_BYTES as usize];
+        assert_eq!(Seal::read(&[0; 12]), Seal::Unsealed);
+        assert!(seal_fits(&units, &[0; 12]));
+        // Three units, sealed after each: every older seal fits a prefix.
+        let mut seals = Vec::new();
+        for i in 0..3 {
+            units[i * 20..i * 20 + 20].fill(i as u8 + 1);
+            seals.push(seal(&units));
+        }
+        assert!(seal_fits(&units, &seals[2]));
+        assert!(!seal_fits(&units, &seals[1]), "an older seal is not exact");
+        assert!(seal_fits_a_prefix(&units, &seals[1], 3), "but fits a prefix");
+        assert!(
+            !seal_fits_a_prefix(&units, &seals[1], 1),
+            "not one shorter than `present`"
+        );
+        // A flipped bit in a unit or in the seal is damage.
+        let mut flipped = units;
+        flipped[25] ^= 0x10;
+        assert!(!seal_fits(&flipped, &seals[2]));
+        assert!(!seal_fits_a_prefix(&flipped, &seals[2], 3));
+        let mut bad_seal = seals[2];
+        bad_seal[1] ^= 1;
+        assert_eq!(Seal::read(&bad_seal), Seal::Damaged);
+        assert!(!seal_fits_a_prefix(&units, &bad_seal, 3));
+        bad_seal = seals[2];
+        bad_seal[10] = 1;
+        assert_eq!(Seal::read(&bad_seal), Seal::Damaged);
     }
 }

@@ -28,6 +28,15 @@
 //! have gaps (mapped pages reach the disk in any order), which
 //! `ConsumeQueue::open` cuts away.
 //!
+//! Every block carries a seal (`packed`: a CRC32 of its units), written anew
+//! with each unit. A reader checks the seal of every whole block it reads
+//! from, and `open` the seal of the last block, so a flipped bit is an
+//! error naming the file, never a unit that sends a reader to the wrong
+//! bytes: a unit has no room for a checksum of its own, and one whose
+//! `phys` moved onto another message of the same size and tag would
+//! otherwise be served as that message. Blocks written before seals
+//! existed are all zeros there and are read unchecked.
+//!
 //! The smallest readable offset (`min_offset`) is not persisted: it starts at
 //! the first unit of the first file, and the owner re-applies
 //! [`ConsumeQueue::purge_below_phys`] with the CommitLog's first offset after
@@ -152,6 +161,55 @@ unsafe fn read_unit(file: &MappedFile, idx: u64) -> Result<CqUnit> {
     let mut b = [0u8; UNIT_SIZE as usize];
     b.copy_from_slice(bytes);
     Ok(CqUnit::decode(&b))
+}
+
+/// The index range (in its file) of the block holding unit `idx`.
+fn block_units(units_per_file: u64, idx: u64) -> std::ops::Range<u64> {
+    let first = idx - idx % packed::UNITS_PER_BLOCK;
+    first..(first + packed::UNITS_PER_BLOCK).min(units_per_file)
+}
+
+/// The unit bytes and the seal of the block holding unit `idx`.
+///
+/// # Safety
+/// No write to the block may happen while the slices are alive.
+unsafe fn block_of(file: &MappedFile, idx: u64) -> Result<(&[u8], &[u8])> {
+    // SAFETY: forwarded to the caller.
+    let block = unsafe { file.slice(packed::block_pos(idx), packed::BLOCK_SIZE)? };
+    Ok(block.split_at(packed::UNIT_BYTES as usize))
+}
+
+/// Writes the seal of the block holding unit `idx`, for its units as they
+/// are now.
+///
+/// # Safety
+/// Only the queue's single writer may call it, and no reader may read the
+/// block's seal meanwhile (readers check the seal of whole blocks below
+/// the published end only).
+unsafe fn reseal(file: &MappedFile, idx: u64) -> Result<()> {
+    // SAFETY: the writer reads bytes only it writes; readers only read.
+    let seal = packed::seal(unsafe { block_of(file, idx)? }.0);
+    // SAFETY: as promised by the caller.
+    unsafe { file.write(packed::block_pos(idx) + packed::UNIT_BYTES, &seal) }
+}
+
+/// Checks the seal of the block holding unit `idx` against its units as a
+/// crash may leave them: sealed when only some of its first `present`
+/// units were written ([`packed::seal_fits_a_prefix`]).
+///
+/// # Safety
+/// As for [`block_of`].
+unsafe fn check_prefix_seal(file: &MappedFile, idx: u64, present: u64) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    let (units, seal) = unsafe { block_of(file, idx)? };
+    if packed::seal_fits_a_prefix(units, seal, present) {
+        return Ok(());
+    }
+    Err(StoreError::corrupt(
+        file.path(),
+        packed::block_pos(idx),
+        "the block does not match its seal (a unit or the seal is damaged)",
+    ))
 }
 
 /// The file holding queue offset `q` and the unit's index in it.
@@ -283,6 +341,8 @@ impl ConsumeQueue {
             }
         };
         let min = segs.first().map_or(max, |s| s.first);
+        // SAFETY: as above.
+        unsafe { Self::check_tail(units_per_file, &segs, max)? };
         let last_phys = match max.checked_sub(1).and_then(|q| locate(&segs, units_per_file, q)) {
             Some((seg, idx)) if max > min => Some(unsafe { read_unit(&seg.file, idx)? }.phys),
             _ => None,
@@ -331,6 +391,11 @@ impl ConsumeQueue {
         let Some(seg) = segs.get(i) else {
             return Ok(0);
         };
+        // A crash leaves a block as it was before some unit was written:
+        // its seal fits the units before the gap. A unit emptied by damage
+        // leaves the seal of a longer block. Checked before the zeroing
+        // below takes the seal too.
+        unsafe { check_prefix_seal(&seg.file, k, k % packed::UNITS_PER_BLOCK)? };
         let from = packed::unit_pos(k);
         let to = unsafe { seg.file.nonzero_end(from)? };
         if to > from {
@@ -350,6 +415,45 @@ impl ConsumeQueue {
             sync_dir(dir)?;
         }
         Ok(end)
+    }
+
+    /// Checks, at open, the block that holds the last unit (the one whole
+    /// blocks' readers never check while it grows): its seal fits its units
+    /// as a crash may leave them, and nothing follows the end in it or in
+    /// the next block (a unit emptied by damage would otherwise end the
+    /// queue early, and what follows would be written over). Then seals it
+    /// anew, exactly.
+    ///
+    /// # Safety
+    /// The files must not be shared with any other thread.
+    unsafe fn check_tail(units_per_file: u64, segs: &[Seg], max: u64) -> Result<()> {
+        let Some(q) = max.checked_sub(1) else { return Ok(()) };
+        let Some((seg, idx)) = locate(segs, units_per_file, q) else {
+            return Ok(());
+        };
+        let block = block_units(units_per_file, idx);
+        let present = idx + 1 - block.start;
+        // SAFETY (all below): forwarded to the caller.
+        unsafe { check_prefix_seal(&seg.file, idx, present)? };
+        let after = packed::unit_pos(idx) + UNIT_SIZE;
+        let next_block_end = (packed::block_pos(idx) + 2 * packed::BLOCK_SIZE).min(seg.file.len());
+        // The rest of this block's units, then the next block whole.
+        let units_end = packed::block_pos(idx) + packed::UNIT_BYTES;
+        let tail = unsafe { seg.file.slice(after, units_end - after)? };
+        let next = unsafe {
+            seg.file.slice(
+                packed::block_pos(idx) + packed::BLOCK_SIZE,
+                next_block_end.saturating_sub(packed::block_pos(idx) + packed::BLOCK_SIZE),
+            )?
+        };
+        if let Some(i) = tail.iter().chain(next).position(|&b| b != 0) {
+            return Err(StoreError::corrupt(
+                seg.file.path(),
+                after + i as u64,
+                format!("data after the queue's end at queue offset {max}: a unit before it was emptied"),
+            ));
+        }
+        unsafe { reseal(&seg.file, idx) }
     }
 
     fn lock_writer(&self) -> MutexGuard<'_, Writer> {
@@ -423,8 +527,13 @@ impl ConsumeQueue {
         let (file, idx) = self.file_for_append(q)?;
         // SAFETY: the unit lies at queue offset `max`, which readers never read
         // (they read only below the published `max`), and the writer mutex
-        // rules out any other writer.
-        unsafe { file.write(packed::unit_pos(idx), &unit.encode())? };
+        // rules out any other writer. Readers check the seal of whole blocks
+        // only, and this block becomes whole only when `max` passes it,
+        // after its seal is written.
+        unsafe {
+            file.write(packed::unit_pos(idx), &unit.encode())?;
+            reseal(&file, idx)?;
+        }
         self.max.store(q + 1, Ordering::Release);
         w.last_phys = Some(unit.phys);
         Ok(q)
@@ -484,6 +593,19 @@ impl ConsumeQueue {
         // are visible), and bytes below `max` are only written by truncate,
         // which holds the files write lock, excluded by our read lock.
         let unit = unsafe { read_unit(&seg.file, idx)? };
+        // A whole block's seal was written before `max` passed it, and is
+        // written again only by truncate (excluded, as above).
+        if seg.first + block_units(self.units_per_file, idx).end <= max {
+            // SAFETY: as above.
+            let (units, seal) = unsafe { block_of(&seg.file, idx)? };
+            if !packed::seal_fits(units, seal) {
+                return Err(StoreError::corrupt(
+                    seg.file.path(),
+                    packed::block_pos(idx),
+                    format!("the block holding queue offset {queue_offset} does not match its seal"),
+                ));
+            }
+        }
         if unit.size == 0 {
             return Err(StoreError::corrupt(
                 seg.file.path(),
@@ -555,7 +677,16 @@ impl ConsumeQueue {
     /// concurrent append or purge has just made stale, or an error for a
     /// unit purged under it.
     fn first_with_phys_at_least(&self, phys: u64) -> Result<u64> {
-        partition_point(self.min_offset(), self.max_offset(), |q| Ok(self.get(q)?.phys >= phys))
+        let (min, max) = (self.min_offset(), self.max_offset());
+        // The common cases at open (nothing to purge, nothing to cut): one
+        // read each, not a search of the whole queue.
+        if min < max && self.get(min)?.phys >= phys {
+            return Ok(min);
+        }
+        if min < max && self.get(max - 1)?.phys < phys {
+            return Ok(max);
+        }
+        partition_point(min, max, |q| Ok(self.get(q)?.phys >= phys))
     }
 
     fn truncate_locked(&self, w: &mut Writer, q: u64) -> Result<()> {
@@ -576,11 +707,20 @@ impl ConsumeQueue {
             .ok_or_else(|| StoreError::corrupt(&self.dir, q, "no file holds this queue offset"))?;
         let end = max.min(last.first.saturating_add(self.units_per_file));
         if q < end {
-            let from = packed::unit_pos(q - last.first);
-            let to = packed::unit_pos(end - 1 - last.first) + UNIT_SIZE;
+            let idx = q - last.first;
+            let from = packed::unit_pos(idx);
+            // To the end of the last unit's block: its seal goes too.
+            let to = packed::block_pos(end - 1 - last.first) + packed::BLOCK_SIZE;
             // SAFETY: the files write lock excludes every reader, and the
             // writer mutex every other writer.
-            unsafe { last.file.zero(from, to - from)? };
+            unsafe {
+                last.file.zero(from, to - from)?;
+                // The units kept in the cut block get a seal of their own.
+                if !idx.is_multiple_of(packed::UNITS_PER_BLOCK) {
+                    reseal(&last.file, idx)?;
+                }
+            }
+            let from = packed::block_pos(idx);
             last.file.flush(from, to - from)?;
         }
         self.max.store(q, Ordering::Release);

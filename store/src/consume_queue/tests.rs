@@ -281,6 +281,28 @@ fn poke(path: &Path, idx: u64, bytes: &[u8; 20]) {
     f.write_all(bytes).unwrap();
 }
 
+/// Rolls the block holding unit `idx` of `path` back to how it was when
+/// only the units before `idx` were written: what a crash leaves when the
+/// block's last writes did not reach the disk.
+fn roll_back(path: &Path, idx: u64) {
+    let block = packed::block_pos(idx);
+    let mut bytes = fs::read(path).unwrap();
+    let units = &mut bytes[block as usize..(block + packed::UNIT_BYTES) as usize];
+    let kept = ((idx % packed::UNITS_PER_BLOCK) * UNIT_SIZE) as usize;
+    units[kept..].fill(0);
+    let seal = packed::seal(units);
+    let at = (block + packed::UNIT_BYTES) as usize;
+    bytes[at..at + seal.len()].copy_from_slice(&seal);
+    fs::write(path, bytes).unwrap();
+}
+
+/// Flips bit `bit` of byte `at` of `path`.
+fn flip(path: &Path, at: u64, bit: u8) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[at as usize] ^= 1 << bit;
+    fs::write(path, bytes).unwrap();
+}
+
 #[test]
 fn crash_recovery_cuts_at_the_first_gap() {
     let tmp = tempfile::tempdir().unwrap();
@@ -288,8 +310,10 @@ fn crash_recovery_cuts_at_the_first_gap() {
     let cq = ConsumeQueue::open(dir, 25, OPTS, false).unwrap();
     fill(&cq, 0..70);
     drop(cq);
-    // Gap at queue offset 60 (file 50, unit 10); 61..70 are still there.
-    poke(&dir.join("00000000000000000050"), 10, &[0; 20]);
+    // Gap at queue offset 60 (file 50, unit 10): that block as it was
+    // before unit 10 was written.
+    let file50 = dir.join("00000000000000000050");
+    roll_back(&file50, 10);
     let cq = ConsumeQueue::open(dir, 25, OPTS, true).unwrap();
     assert_units(&cq, 0..60);
     fill(&cq, 60..62);
@@ -301,7 +325,7 @@ fn crash_recovery_cuts_at_the_first_gap() {
     // later file is deleted.
     fill(&cq, 62..80);
     drop(cq);
-    poke(&dir.join("00000000000000000025"), 5, &[0; 20]);
+    roll_back(&dir.join("00000000000000000025"), 5);
     let cq = ConsumeQueue::open(dir, 25, OPTS, true).unwrap();
     assert_units(&cq, 0..30);
     assert_eq!(files_in(dir), ["00000000000000000000", "00000000000000000025"]);
@@ -314,15 +338,107 @@ fn crash_recovery_cuts_at_the_first_gap() {
     // is found through that file's empty last unit.
     fill(&cq, 35..150);
     drop(cq);
-    poke(&dir.join("00000000000000000025"), 24, &[0; 20]);
+    roll_back(&dir.join("00000000000000000025"), 24);
     let cq = ConsumeQueue::open(dir, 25, OPTS, true).unwrap();
     assert_units(&cq, 0..49);
     drop(cq);
     // Without the crash flag that state is refused, not misread.
     fill(&ConsumeQueue::open(dir, 25, OPTS, false).unwrap(), 49..80);
-    poke(&dir.join("00000000000000000025"), 24, &[0; 20]);
+    roll_back(&dir.join("00000000000000000025"), 24);
     let err = ConsumeQueue::open(dir, 25, OPTS, false).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { ref file, .. } if file.ends_with("00000000000000000025")));
+}
+
+/// Found by a jepsen campaign: two flipped bits in a queue file moved a
+/// unit's `phys` 32 bytes, which still fit between its neighbours, and the
+/// node served a gap. Every flipped bit is now found by a block's seal.
+#[test]
+fn a_flipped_bit_anywhere_is_corrupt_not_a_unit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fill(&ConsumeQueue::open(dir, 100, OPTS, false).unwrap(), 0..90);
+    let file = dir.join(offset_name(0));
+    // Every bit of a whole block's unit (offset 30) and of its seal.
+    for at in (packed::unit_pos(30)..packed::unit_pos(30) + UNIT_SIZE)
+        .chain(packed::block_pos(30) + packed::UNIT_BYTES..packed::block_pos(30) + packed::BLOCK_SIZE)
+    {
+        for bit in 0..8 {
+            flip(&file, at, bit);
+            for crashed in [false, true] {
+                let opened = ConsumeQueue::open(dir, 100, OPTS, crashed);
+                let err = match opened {
+                    Ok(cq) => cq.get(30).map(|_| ()).unwrap_err(),
+                    Err(e) => e,
+                };
+                assert!(matches!(err, StoreError::Corrupt { .. }), "byte {at} bit {bit}: {err}");
+                if crashed {
+                    let cq = ConsumeQueue::open(dir, 100, OPTS, false).unwrap();
+                    let err = cq.check_units(0, u64::MAX).unwrap_err();
+                    assert!(matches!(err, StoreError::Corrupt { .. }));
+                }
+            }
+            flip(&file, at, bit);
+        }
+    }
+    // In the last, growing block (units 75..90), a flip is found at open.
+    for at in [packed::unit_pos(80), packed::unit_pos(89) + 3, packed::unit_pos(89) + 8] {
+        flip(&file, at, 2);
+        for crashed in [false, true] {
+            let err = ConsumeQueue::open(dir, 100, OPTS, crashed).unwrap_err();
+            assert!(matches!(err, StoreError::Corrupt { .. }), "byte {at}: {err}");
+        }
+        flip(&file, at, 2);
+    }
+    // A unit emptied (all its bytes) is damage, not the end of the queue,
+    // wherever it lies.
+    for q in [10, 25, 50, 75, 80] {
+        let before = fs::read(&file).unwrap();
+        poke(&file, q, &[0; 20]);
+        for crashed in [false, true] {
+            let found = ConsumeQueue::open(dir, 100, OPTS, crashed).and_then(|cq| cq.check_units(0, u64::MAX));
+            assert!(
+                matches!(found, Err(StoreError::Corrupt { .. })),
+                "unit {q} crashed {crashed}: {found:?}"
+            );
+        }
+        fs::write(&file, before).unwrap();
+    }
+    let cq = ConsumeQueue::open(dir, 100, OPTS, true).unwrap();
+    assert_units(&cq, 0..90);
+}
+
+/// Cut blocks keep seals of their own; blocks written before seals
+/// existed are read unchecked and sealed by the next write.
+#[test]
+fn truncation_and_old_blocks_keep_seals_right() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cq = ConsumeQueue::open(dir, 100, OPTS, false).unwrap();
+    fill(&cq, 0..60);
+    cq.truncate(37).unwrap();
+    fill(&cq, 37..52);
+    drop(cq);
+    // Unseal every block, as a store written before seals would be.
+    let file = dir.join(offset_name(0));
+    let mut bytes = fs::read(&file).unwrap();
+    for b in 0..4 {
+        let at = (b * packed::BLOCK_SIZE + packed::UNIT_BYTES) as usize;
+        bytes[at..at + packed::SEAL_LEN as usize].fill(0);
+    }
+    fs::write(&file, bytes).unwrap();
+    let cq = ConsumeQueue::open(dir, 100, OPTS, false).unwrap();
+    assert_units(&cq, 0..52);
+    cq.check_units(0, u64::MAX).unwrap();
+    fill(&cq, 52..60);
+    drop(cq);
+    for crashed in [false, true] {
+        let cq = ConsumeQueue::open(dir, 100, OPTS, crashed).unwrap();
+        assert_units(&cq, 0..60);
+    }
+    // The block the new units went to is sealed now: a flip in it is found.
+    flip(&file, packed::unit_pos(51) + 1, 0);
+    let found = ConsumeQueue::open(dir, 100, OPTS, false).and_then(|cq| cq.get(51));
+    assert!(matches!(found, Err(StoreError::Corrupt { .. })), "{found:?}");
 }
 
 #[test]
