@@ -316,45 +316,95 @@ async fn pull_all(c: &Cluster, node: u64) -> Result<Vec<i64>, raftmq::proto::roc
     }
 }
 
-/// A ConsumeQueue unit whose bits were flipped where the checks at open
-/// cannot see it (a clean stop: no crash recovery) leads the reader to
-/// bytes that are not its message. The node must refuse the pull with an
-/// error, not skip the message: a jepsen campaign (seed 26 of the last
-/// sync campaign) drained a queue one committed message short from a node
-/// whose ConsumeQueue had two flipped bits. The other nodes serve it all.
+/// Flipped bits in a follower's ConsumeQueue (found by a jepsen campaign,
+/// seed 26 of a sync campaign: two bits moved a unit's `phys` 32 bytes,
+/// and the node drained its queue one committed message short). Every
+/// 512-byte block of units carries a seal, so the damage is found: in the
+/// block that grows, at start, which sets the store aside; in a whole
+/// block (checked when read), by the pull, which is refused rather than
+/// served with a gap, and noted so that the next start sets the store
+/// aside. Either way the node ends up serving every message again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_damaged_queue_unit_is_an_error_not_a_gap() {
+async fn a_damaged_queue_unit_is_found_refused_and_repaired() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::start_with(dir.path(), 3, "sync", "");
     c.create_topic("T", 1, "").await;
     let mut acked = BTreeMap::new();
-    send_more(&mut c, &mut acked, 20).await;
+    // Units 0-99 fill four blocks of 25; later ones grow the fifth.
+    send_more(&mut c, &mut acked, 100).await;
     whole(&mut c, &acked, "the sends").await;
+    let all: Vec<i64> = (0..100).collect();
+    let flip = |c: &Cluster, node: u64, unit: usize| {
+        let cq = last_file(&node_dir(c, node).join("consumequeue/T/0"));
+        let mut bytes = std::fs::read(&cq).unwrap();
+        let at = unit / 25 * 512 + unit % 25 * 20; // the unit's `phys`
+        bytes[at] ^= 0x20;
+        std::fs::write(&cq, &bytes).unwrap();
+    };
+
+    // 1. In a whole block that start does not read (it reads the first
+    //    and last units and checks the growing block): the pull is
+    //    refused, the damage noted.
     let f = follower(c.leader().await);
     assert!(c.stop(f).success());
-    // Unit 10's `phys` (its first byte: units 0-24 share the first block).
-    let cq = last_file(&node_dir(&c, f).join("consumequeue/T/0"));
-    let mut bytes = std::fs::read(&cq).unwrap();
-    bytes[10 * 20] ^= 0x20;
-    std::fs::write(&cq, &bytes).unwrap();
+    flip(&c, f, 30);
     c.spawn(f);
     common::wait_applied_equal(&c, &[1, 2, 3]).await;
-
     let other = (1..=3).find(|&n| n != f).unwrap();
     assert_eq!(
         pull_all(&c, other).await,
-        Ok((0..20).collect()),
+        Ok(all.clone()),
         "a sound node serves every message"
     );
-    let damaged = pull_all(&c, f).await;
     assert_eq!(
-        damaged,
+        pull_all(&c, f).await,
         Err(raftmq::proto::rocketmq::v2::Code::InternalError),
         "node {f} must not serve its queue with a gap"
     );
     assert!(
-        node_log(&c, f).contains("this node's index is damaged"),
+        node_log(&c, f).contains("this node's store is damaged"),
         "node {f} said why"
+    );
+    let note = std::fs::read_to_string(node_dir(&c, f).join("damaged")).unwrap();
+    assert!(
+        note.contains("T/0 offset 25"),
+        "the note says where (the block's first unit read): {note}"
+    );
+
+    // 2. Its next start sets the store aside; the group sends it again.
+    assert!(c.stop(f).success());
+    c.spawn(f);
+    send_more(&mut c, &mut acked, 5).await;
+    whole(&mut c, &acked, "a store set aside for noted damage").await;
+    assert!(
+        node_dir(&c, f).join("quarantine").is_dir(),
+        "node {f} set its store aside"
+    );
+    assert!(!node_dir(&c, f).join("damaged").exists(), "the note went with it");
+    let all: Vec<i64> = (0..105).collect();
+    assert_eq!(
+        pull_all(&c, f).await,
+        Ok(all.clone()),
+        "node {f} serves every message again"
+    );
+
+    // 3. In the growing block (units 100-104), killed as the jepsen nemesis
+    //    does: found at start, set aside at once.
+    let f = (1..=3).find(|&n| n != f).unwrap();
+    c.kill(f);
+    flip(&c, f, 102);
+    c.spawn(f);
+    send_more(&mut c, &mut acked, 5).await;
+    whole(&mut c, &acked, "damage in the growing block").await;
+    assert!(
+        node_dir(&c, f).join("quarantine").is_dir(),
+        "node {f} set its store aside"
+    );
+    assert!(node_log(&c, f).contains("does not match its seal"), "node {f} said why");
+    assert_eq!(
+        pull_all(&c, f).await,
+        Ok((0..110).collect()),
+        "node {f} serves every message"
     );
     c.check_alive();
 }

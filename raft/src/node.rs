@@ -162,6 +162,8 @@ pub struct RaftNode {
     /// each a heartbeat round there: a flood of refused calls costs the
     /// group little.
     barriers: tokio::sync::Semaphore,
+    /// Findings of damage this run has noted ([`RaftNode::note_damage`]).
+    damage_noted: std::sync::atomic::AtomicUsize,
 }
 
 /// Most [`RaftNode::read_barrier`]s asking the leader at once from one node.
@@ -182,6 +184,17 @@ async fn open_storage(cfg: &NodeConfig) -> Result<(Store, LogStore, StateMachine
     Ok((store, log, sm))
 }
 
+/// Sets a damaged store aside ([`crate::quarantine::set_aside`]), keeping
+/// room for a new store to start and take writes: two segments.
+fn set_aside_store(cfg: &NodeConfig, why: &dyn std::fmt::Display) -> Result<(), RaftError> {
+    let room = cfg.store.segment_size.saturating_mul(2);
+    let to = crate::quarantine::set_aside(&cfg.data_dir, room)?;
+    let kept = to.map_or_else(|| "deleted for room".to_string(), |t| t.display().to_string());
+    tracing::error!(error = %why, quarantine = %kept,
+        "the store is damaged beyond what recovery cuts; set it aside, starting empty to be sent the log again");
+    Ok(())
+}
+
 impl RaftNode {
     /// Opens the node's storage (recovering it after a crash), starts Raft
     /// and the transport, and initializes the group if this is its
@@ -194,17 +207,26 @@ impl RaftNode {
         // With peers to send the log again, damage sets the store aside; a
         // lone node's store is all there is, so it refuses to start instead.
         let has_peers = cfg.initial_members.keys().any(|&id| id != cfg.node_id);
-        let (store, log, sm) = match open_storage(&cfg).await {
-            Err(e) if has_peers && crate::quarantine::is_damage(&e) => {
-                // Room for a new store to start and take writes: two segments.
-                let room = cfg.store.segment_size.saturating_mul(2);
-                let to = crate::quarantine::set_aside(&cfg.data_dir, room)?;
-                let kept = to.map_or_else(|| "deleted for room".to_string(), |t| t.display().to_string());
-                tracing::error!(error = %e, quarantine = %kept,
-                    "the store is damaged beyond what recovery cuts; set it aside, starting empty to be sent the log again");
+        let noted = crate::quarantine::noted_damage(&cfg.data_dir);
+        if let (Some(note), false) = (&noted, has_peers) {
+            tracing::warn!(
+                note = note.trim(),
+                "this node found its store damaged when it last ran, \
+                and has no peers to be sent the log again by: starting with it as it is"
+            );
+        }
+        let (store, log, sm) = match noted.filter(|_| has_peers) {
+            Some(note) => {
+                set_aside_store(&cfg, &format!("found while running: {}", note.trim()))?;
                 open_storage(&cfg).await?
             }
-            r => r?,
+            None => match open_storage(&cfg).await {
+                Err(e) if has_peers && crate::quarantine::is_damage(&e) => {
+                    set_aside_store(&cfg, &e)?;
+                    open_storage(&cfg).await?
+                }
+                r => r?,
+            },
         };
         let mut config = cfg.openraft_config()?;
         // Lost committed entries: no campaign until they are back.
@@ -264,6 +286,7 @@ impl RaftNode {
             raft_addr,
             network,
             barriers: tokio::sync::Semaphore::new(MAX_BARRIERS),
+            damage_noted: Default::default(),
         });
         if cfg.bootstrap {
             node.bootstrap(&cfg).await?;
@@ -278,6 +301,26 @@ impl RaftNode {
         node.clone().spawn_disk_watch(DISK_WATCH_INTERVAL);
         tracing::info!(node = cfg.node_id, raft = %raft_addr, "raft node started");
         Ok(node)
+    }
+
+    /// Records damage a reader found in this node's store (a ConsumeQueue
+    /// block that does not match its seal, a unit that does not lead to its
+    /// message): the reads it spoils are refused, and the next start sets
+    /// the store aside to be sent the log again by the group
+    /// ([`crate::quarantine`]). Only the first findings are written.
+    pub fn note_damage(&self, what: &str) {
+        use std::sync::atomic::Ordering;
+        if self.damage_noted.fetch_add(1, Ordering::Relaxed) >= 16 {
+            return;
+        }
+        tracing::error!(
+            damage = what,
+            "this node's store is damaged: it refuses the reads that meet the damage; \
+            restart it to have the store set aside and sent again by its group"
+        );
+        if let Err(e) = crate::quarantine::note_damage(self.store.root(), what) {
+            tracing::error!(error = %e, "could not write the damage note");
+        }
     }
 
     async fn bootstrap(&self, cfg: &NodeConfig) -> Result<(), RaftError> {

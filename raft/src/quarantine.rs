@@ -16,6 +16,11 @@
 //! jepsen campaign's node did, at its third copy on a 256 MiB disk). A
 //! node configured without peers has no one to send it the log: its
 //! damaged store is all there is, so it refuses to start instead.
+//!
+//! Damage found while the node runs (a reader meets a ConsumeQueue block
+//! that does not match its seal) cannot be cut from under the readers: the
+//! node refuses those reads, and [`note_damage`] leaves a note in the data
+//! directory so that its next start sets the store aside the same way.
 
 use std::fs;
 use std::io;
@@ -28,6 +33,33 @@ use crate::raft_meta::{COMMITTED_FILE, VOTE_COPY_FILE, VOTE_FILE};
 
 /// Directory under the data directory where damaged stores go.
 pub const QUARANTINE_DIR: &str = "quarantine";
+
+/// File in the data directory saying what damage the running node found
+/// (one line per finding, the first few only); its next start sets the
+/// store aside.
+pub const DAMAGE_NOTE: &str = "damaged";
+/// Findings kept in the note: the first few say all an operator needs.
+const NOTE_LINES: usize = 16;
+
+/// Adds `what` to the damage note in `data` (made durable), unless it holds
+/// [`NOTE_LINES`] findings already.
+pub fn note_damage(data: &Path, what: &str) -> io::Result<()> {
+    use std::io::Write;
+    let path = data.join(DAMAGE_NOTE);
+    let lines = fs::read_to_string(&path).map_or(0, |s| s.lines().count());
+    if lines >= NOTE_LINES {
+        return Ok(());
+    }
+    let mut f = fs::OpenOptions::new().create(true).append(true).open(&path)?;
+    writeln!(f, "{}", what.replace('\n', " "))?;
+    f.sync_all()?;
+    fs::File::open(data)?.sync_all()
+}
+
+/// What the damage note in `data` says, if there is one.
+pub fn noted_damage(data: &Path) -> Option<String> {
+    fs::read_to_string(data.join(DAMAGE_NOTE)).ok()
+}
 
 /// Whether `e`, from opening the store, the log or the state machine, says
 /// the data on disk is damaged.
@@ -167,5 +199,21 @@ mod tests {
         assert_eq!(set_aside(d, u64::MAX).unwrap(), None);
         assert_eq!(fs::read_dir(d.join(QUARANTINE_DIR)).unwrap().count(), 0);
         assert!(d.join("raft/vote.json").exists(), "the vote still stays");
+    }
+
+    #[test]
+    fn a_damage_note_is_kept_short_and_goes_with_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(noted_damage(d), None);
+        for i in 0..40 {
+            note_damage(d, &format!("block {i}\nbad")).unwrap();
+        }
+        let note = noted_damage(d).unwrap();
+        assert_eq!(note.lines().count(), NOTE_LINES);
+        assert!(note.starts_with("block 0 bad\n"));
+        fs::create_dir_all(d.join("raft")).unwrap();
+        set_aside(d, 0).unwrap();
+        assert_eq!(noted_damage(d), None, "the note is set aside with the store");
     }
 }

@@ -17,6 +17,7 @@
 //! | [`internal_topic`] | topics the broker creates for itself (dead-letter, system)   |
 //! | [`lane`]           | blocking work from requests: so many at once, a bounded line |
 //! | [`read`]           | reads of applied state: a queue, by id, key or store time    |
+//! | [`queued`]         | a queue's message, its unit checked against it; damage noted |
 //! | [`status`]         | the node's own view of its group                             |
 //! | [`health`]         | whether the node is ready for traffic (`/readyz`)             |
 //! | [`clients`]        | the v2 clients a node knows (heartbeats, Telemetry streams)  |
@@ -47,6 +48,7 @@ pub mod long_polls;
 pub mod metrics;
 pub mod pop;
 pub mod progress;
+pub mod queued;
 pub mod read;
 pub mod receipt;
 pub mod registration;

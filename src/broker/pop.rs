@@ -23,7 +23,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use raftmq_raft::command::{AdminCommand, Response, SendBatch, TopicConfig};
 use raftmq_raft::consumption::{self, FreshRange, GroupConfig, InFlightBounds, PopPlan, Popped, QueueState, Receipt};
-use raftmq_raft::message::MessageView;
 use raftmq_raft::{Command, RaftNode};
 use tokio::time::Instant;
 
@@ -31,6 +30,7 @@ use crate::broker::lane::Lane;
 use crate::broker::limits::LimitsConfig;
 use crate::broker::limits::ResponseBudget;
 use crate::broker::metrics::ConsumeLabels;
+use crate::broker::queued::{self, Queued, parse, queued};
 use crate::broker::{receipt, seal};
 use crate::clock::now_ms;
 use crate::error::BrokerError;
@@ -436,9 +436,9 @@ impl Popper {
     pub async fn dead_letter(&self, group: &str, topic: &str, r: &Receipt) -> Result<bool, BrokerError> {
         let dlq = consumption::dlq_topic(group);
         crate::broker::internal_topic::ensure(&self.node, &dlq).await?;
-        let bytes = match self.node.store.message(topic, r.queue_id, r.offset) {
-            Ok((_, bytes)) => bytes,
-            Err(e) => {
+        let (unit, bytes) = match queued(&self.node, topic, r.queue_id, r.offset)? {
+            Queued::Found(unit, bytes) => (unit, bytes),
+            Queued::Purged => {
                 // Deleted by retention: nothing to copy, but it must leave
                 // the in-flight set.
                 tracing::warn!(
@@ -446,12 +446,12 @@ impl Popper {
                     topic,
                     queue = r.queue_id,
                     offset = r.offset,
-                    "dead letter is gone: {e}"
+                    "dead letter is gone: retention deleted it"
                 );
                 return Ok(self.ack(group, topic, &[*r]).await?.first().copied().unwrap_or(false));
             }
         };
-        let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+        let view = parse(&self.node, topic, r.queue_id, r.offset, &unit, &bytes)?;
         // Reserved properties are kept: the copy still says what it was.
         let mut copy = view.to_message();
         copy.properties.push((
@@ -629,7 +629,9 @@ fn fresh(
     let end = cq.max_offset().min(to.saturating_add(MAX_SCAN));
     let mut offsets = Vec::new();
     while to < end && offsets.len() < cap {
-        let unit = cq.get(to).map_err(|e| BrokerError::Internal(e.to_string()))?;
+        let Some(unit) = queued::unit(node, &r.topic, queue_id, to)? else {
+            break;
+        };
         if !room.fits(unit.size as usize) {
             break;
         }
@@ -638,9 +640,12 @@ fn fresh(
             continue;
         }
         if r.filter.needs_message() {
-            let matched = match node.store.commitlog().read_bytes(unit.phys, u64::from(unit.size)) {
-                Ok(bytes) => MessageView::parse(&bytes).is_ok_and(|(v, _)| r.filter.matches(&v)),
-                Err(_) => false,
+            // Damage is an error, not a message the filter passes over: the
+            // group's frontier would move past it for good.
+            let at = to - 1;
+            let matched = match queued(node, &r.topic, queue_id, at)? {
+                Queued::Found(unit, bytes) => r.filter.matches(&parse(node, &r.topic, queue_id, at, &unit, &bytes)?),
+                Queued::Purged => false,
             };
             if !matched {
                 continue;
@@ -653,7 +658,9 @@ fn fresh(
 }
 
 /// The messages a pop delivered, read from the store with their receipts;
-/// and the deliveries whose message retention deleted meanwhile.
+/// and the deliveries whose message retention deleted meanwhile. A
+/// delivery this node's damaged store cannot read (`queued`) is in neither:
+/// it stays in flight, to be delivered again when its invisible time ends.
 fn read_delivered(
     node: &RaftNode,
     r: &Receive,
@@ -670,23 +677,32 @@ fn read_delivered(
                 offset,
                 handle,
             };
-            match node.store.message(&r.topic, plan.queue_id, offset) {
-                Ok((_, bytes)) => out.push(Delivered {
+            let found = queued(node, &r.topic, plan.queue_id, offset).and_then(|q| match q {
+                Queued::Found(unit, bytes) => {
+                    parse(node, &r.topic, plan.queue_id, offset, &unit, &bytes)?;
+                    Ok(Some(bytes))
+                }
+                Queued::Purged => Ok(None),
+            });
+            match found {
+                Ok(Some(bytes)) => out.push(Delivered {
                     queue_id: plan.queue_id,
                     offset,
                     attempt,
                     receipt: receipt::encode(seal, &r.group, &r.topic, &receipt),
                     bytes: bytes::Bytes::copy_from_slice(&bytes),
                 }),
-                Err(e) => {
+                Ok(None) => {
                     tracing::warn!(
                         topic = r.topic,
                         queue = plan.queue_id,
                         offset,
-                        "delivered message is gone: {e}"
+                        "delivered message is gone: retention deleted it"
                     );
                     gone.push(receipt);
                 }
+                // Logged and noted by `queued`.
+                Err(_) => {}
             }
         }
     }

@@ -7,6 +7,7 @@ use raftmq_raft::message::MessageView;
 
 use super::Broker;
 use super::limits::ResponseBudget;
+use super::queued::{Queued, parse, queued};
 use crate::error::BrokerError;
 
 /// A message as stored, with where it sits in its queue.
@@ -95,13 +96,17 @@ impl Broker {
         let mut budget = ResponseBudget::new(self.live().limits.max_response_bytes);
         let mut next = start;
         while next < stop {
-            let (_, bytes) = store
-                .message(topic, queue_id, next)
-                .map_err(|e| BrokerError::Internal(e.to_string()))?;
+            let (unit, bytes) = match queued(&self.node, topic, queue_id, next)? {
+                Queued::Found(unit, bytes) => (unit, bytes),
+                Queued::Purged => {
+                    next += 1;
+                    continue;
+                }
+            };
             if !budget.take(bytes.len()) {
                 break;
             }
-            let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+            let view = parse(&self.node, topic, queue_id, next, &unit, &bytes)?;
             messages.push(StoredMessage::of(&view, next));
             next += 1;
         }

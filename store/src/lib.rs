@@ -10,7 +10,7 @@
 //! | [`record`]        | the record codec: header layout, CRC, end-of-segment marker          |
 //! | `mapped_file`     | a preallocated, memory-mapped file (segments and index files)        |
 //! | `locks`, `le`     | poison-tolerant lock helpers; little-endian field access             |
-//! | `packed`          | sector-packed 20-byte unit arrays (ConsumeQueue, key index)           |
+//! | `packed`          | sector-packed 20-byte unit arrays (ConsumeQueue, key index); block seals |
 //! | [`commitlog`]     | the CommitLog: segments, append, zero-copy reads, truncate, purge; its flusher (group commit) and the start-up recovery scan |
 //! | [`checkpoint`]    | the `checkpoint` file: how far data and indexes are known durable    |
 //! | [`consume_queue`] | one queue's index: queue offset -> (physical offset, size, tag hash)  |

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 use super::service::*;
 use crate::broker::limits::ResponseBudget;
 use crate::broker::pop;
+use crate::broker::queued::{self, Queued};
 use crate::error::BrokerError;
 use crate::filter::Filter;
 use crate::grpc::grpc_timeout;
@@ -176,7 +177,7 @@ async fn pull_local(
         applied.borrow_and_update();
         // Off the async workers: up to 1024 messages read and parsed.
         let scan = {
-            let store = svc.broker.node.store.clone();
+            let node = svc.broker.node.clone();
             let (topic, namespace, filter, host) = (topic.clone(), namespace.clone(), filter.clone(), host.clone());
             let max_bytes = svc.broker.live().limits.max_response_bytes;
             let from = Pull {
@@ -187,7 +188,7 @@ async fn pull_local(
             };
             svc.broker
                 .reads
-                .run(move || from.scan(&store, &topic, &namespace, &filter, &host))
+                .run(move || from.scan(&node, &topic, &namespace, &filter, &host))
                 .await?
         };
         let PullScan {
@@ -250,13 +251,14 @@ impl Pull {
     /// response bound and 1024 messages looked at.
     fn scan(
         &self,
-        store: &raftmq_store::Store,
+        node: &raftmq_raft::RaftNode,
         topic: &str,
         namespace: &str,
         filter: &Filter,
         host: &str,
     ) -> Result<PullScan, BrokerError> {
-        let (min, max) = store
+        let (min, max) = node
+            .store
             .queue(topic, self.queue_id)
             .map_or((0, 0), |cq| (cq.min_offset(), cq.max_offset()));
         if self.offset > max {
@@ -272,55 +274,20 @@ impl Pull {
         let mut budget = ResponseBudget::new(self.max_bytes);
         while next < max && (out.len() as u64) < self.batch && next - start < 1024 {
             let q = next;
-            // A unit that does not lead to its message is damage on this
-            // node, never a message to skip: skipping would hand the client
-            // a silent gap (found by a jepsen campaign: two flipped bits in
-            // a ConsumeQueue left one committed message out of a drain).
-            // Only a unit retention purged meanwhile is passed over.
-            let damaged = |e: String| {
-                if store.queue(topic, self.queue_id).is_some_and(|cq| q < cq.min_offset()) {
-                    return None;
+            // A unit that does not lead to its message is damage, refused,
+            // never a message to skip (`queued`).
+            let (unit, bytes) = match queued::queued(node, topic, self.queue_id, q)? {
+                Queued::Found(unit, bytes) => (unit, bytes),
+                Queued::Purged => {
+                    next += 1;
+                    continue;
                 }
-                tracing::error!(topic, queue = self.queue_id, offset = q, error = %e,
-                    "a ConsumeQueue unit does not lead to its message: this node's index is damaged");
-                Some(BrokerError::Internal(format!(
-                    "{topic}/{} offset {q}: this node's index is damaged ({e}); read from another node",
-                    self.queue_id
-                )))
-            };
-            let (unit, bytes) = match store.message(topic, self.queue_id, q) {
-                Ok(found) => found,
-                Err(e) => match damaged(e.to_string()) {
-                    Some(e) => return Err(e),
-                    None => {
-                        next += 1;
-                        continue;
-                    }
-                },
             };
             if !budget.fits(bytes.len()) {
                 break;
             }
             next += 1;
-            // The unit's size and tag hash must be the message's own.
-            let parsed = MessageView::parse(&bytes)
-                .map_err(|e| e.to_string())
-                .and_then(|(view, len)| {
-                    match len == bytes.len() && raftmq_raft::message::tag_hash(view.tag) == unit.tag_hash {
-                        true => Ok(view),
-                        false => Err(format!(
-                            "the unit ({} bytes) does not describe the message there",
-                            bytes.len()
-                        )),
-                    }
-                });
-            let view = match parsed {
-                Ok(view) => view,
-                Err(e) => match damaged(e) {
-                    Some(e) => return Err(e),
-                    None => continue,
-                },
-            };
+            let view = queued::parse(node, topic, self.queue_id, q, &unit, &bytes)?;
             if filter.may_match(unit.tag_hash) && filter.matches(&view) {
                 budget.take(bytes.len());
                 body_bytes += view.body.len();
