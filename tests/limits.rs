@@ -173,5 +173,23 @@ async fn each_limit_refuses_the_one_past_it_and_the_node_serves_on() {
     send_ok(&mut v, "T", "after", 1).await;
     let (s, got) = receive_as(&mut v, "c-1", receive_req("G", "T", 1, 1000)).await;
     assert_eq!((s, got.len()), (Code::Ok, 1));
+
+    // max_consumer_positions = 3 bounds receive positions too: each new
+    // group's receive from T's one queue takes one; past the bound the
+    // receive is refused with a reason, not answered with silence, and a
+    // group that has its position is still served.
+    send_ok(&mut v, "T", "more", 1).await;
+    let mut refused = None;
+    for g in 0..4 {
+        let (s, _) = receive_as(&mut v, "c-1", receive_req(&format!("R{g}"), "T", 1, 1000)).await;
+        if s != Code::Ok {
+            refused = Some((g, s));
+            break;
+        }
+    }
+    let (g, s) = refused.expect("a receive past the bound of positions is refused");
+    assert_eq!(s, Code::Forbidden, "group R{g}");
+    let (s, got) = receive_as(&mut v, "c-1", receive_req("G", "T", 1, 1000)).await;
+    assert_eq!((s, got.len()), (Code::Ok, 1), "G has its position");
     c.check_alive();
 }

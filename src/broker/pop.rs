@@ -549,6 +549,8 @@ fn plan(
         messages: r.batch.clamp(1, MAX_BATCH),
         bytes: ResponseBudget::new(r.max_bytes),
     };
+    // A queue with messages left out for want of a receive position.
+    let mut refused_position = false;
     for i in 0..queues {
         if room.messages == 0 {
             break;
@@ -591,7 +593,16 @@ fn plan(
         // group's, leave room for.
         let inflight = view.map_or(0, |v| v.inflight);
         // A queue never received from needs a new receive position.
-        let blocked = (group.fifo && inflight > 0) || (view.is_none() && positions_full);
+        let no_position = view.is_none() && positions_full;
+        if no_position
+            && node
+                .store
+                .queue(&r.topic, queue_id)
+                .is_some_and(|cq| cq.max_offset() > cq.min_offset())
+        {
+            refused_position = true;
+        }
+        let blocked = (group.fifo && inflight > 0) || no_position;
         let cap = limits.max_inflight_per_queue.saturating_sub(inflight).min(group_room);
         if !blocked && room.messages > 0 && cap > 0 {
             plan.fresh = fresh(node, r, queue_id, view.map(|v| v.next), &mut room, cap)?;
@@ -604,6 +615,18 @@ fn plan(
         if !plan.redeliver.is_empty() || plan.fresh.is_some() {
             planned.plans.push(plan);
         }
+    }
+    // Nothing else to deliver: say why, rather than answer with silence
+    // (a client would wait on a receive that can never be served).
+    if refused_position && planned.plans.is_empty() && planned.dead.is_empty() {
+        return Err(BrokerError::Refused(
+            Code::Forbidden,
+            format!(
+                "this broker group keeps {} receive positions, its limit (limits.max_consumer_positions): \
+                 delete unused consumer groups",
+                limits.max_consumer_positions
+            ),
+        ));
     }
     Ok(planned)
 }
