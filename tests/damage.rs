@@ -370,6 +370,27 @@ async fn a_damaged_queue_unit_is_found_refused_and_repaired() {
         note.contains("T/0 offset 25"),
         "the note says where (the block's first unit read): {note}"
     );
+    // Made leader, it hands leadership on: receives are served by the
+    // leader, and it cannot read what the damage hides.
+    let l = c.leader().await;
+    c.client(l)
+        .await
+        .transfer_leader(raftmq::proto::pb::TransferLeaderToRequest { node_id: f })
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let handed = node_log(&c, f).contains("the leader's store is damaged");
+        let leader = c.leader().await;
+        if handed && leader != f {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node {f} still leads ({leader}), handed over: {handed}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 
     // 2. Its next start sets the store aside; the group sends it again.
     assert!(c.stop(f).success());

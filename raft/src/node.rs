@@ -307,7 +307,8 @@ impl RaftNode {
     /// block that does not match its seal, a unit that does not lead to its
     /// message): the reads it spoils are refused, and the next start sets
     /// the store aside to be sent the log again by the group
-    /// ([`crate::quarantine`]). Only the first findings are written.
+    /// ([`crate::quarantine`]). Only the first findings are written. A
+    /// leader hands leadership on (see `spawn_disk_watch`).
     pub fn note_damage(&self, what: &str) {
         use std::sync::atomic::Ordering;
         if self.damage_noted.fetch_add(1, Ordering::Relaxed) >= 16 {
@@ -787,7 +788,10 @@ impl RaftNode {
     /// `disk_refuse_ratio` (the broker then refuses new sends). A leader
     /// whose disk is full hands leadership to the follower with the most of
     /// its log, so the group goes on taking sends through the others; it
-    /// tries again every [`DISK_HAND_OVER_RETRY`] while it still leads.
+    /// tries again every [`DISK_HAND_OVER_RETRY`] while it still leads. So
+    /// does a leader whose store was found damaged ([`RaftNode::note_damage`]):
+    /// receives and dead letters are served by the leader, and it cannot
+    /// read the messages the damage hides.
     fn spawn_disk_watch(self: Arc<Self>, every: Duration) {
         let mut stopped = self.stop.subscribe();
         tokio::spawn(async move {
@@ -817,16 +821,20 @@ impl RaftNode {
                     Err(_) => continue,
                 };
                 let due = handed_over.is_none_or(|t| t.elapsed() >= DISK_HAND_OVER_RETRY);
-                if let Some((used, limit)) = full
-                    && self.is_leader()
-                    && due
-                {
+                let damaged = self.damage_noted.load(std::sync::atomic::Ordering::Relaxed) > 0;
+                if (full.is_some() || damaged) && self.is_leader() && due {
                     handed_over = Some(tokio::time::Instant::now());
-                    tracing::warn!(
-                        disk_percent = used,
-                        limit_percent = limit,
-                        "disk full on the leader: handing leadership over"
-                    );
+                    match full {
+                        Some((used, limit)) => tracing::warn!(
+                            disk_percent = used,
+                            limit_percent = limit,
+                            "disk full on the leader: handing leadership over"
+                        ),
+                        None => tracing::warn!(
+                            "the leader's store is damaged (it cannot read some messages it must deliver): \
+                             handing leadership over"
+                        ),
+                    }
                     self.hand_over(DISK_HAND_OVER_RETRY / 2).await;
                 }
             }
