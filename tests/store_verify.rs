@@ -98,6 +98,76 @@ fn verify_summarizes_a_clean_store_and_refuses_a_crashed_one() {
     assert_eq!(crcs.len(), 50, "records with different payloads have different CRCs");
 }
 
+/// Verify reads every ConsumeQueue unit, its block's seal checked (a
+/// running node checks a block only when it reads it), and refuses a store
+/// whose node noted damage while it ran.
+#[test]
+fn verify_finds_damaged_queues_and_noted_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig::small_for_tests();
+    let store = Store::open(dir.path(), &cfg).unwrap();
+    for i in 0..60u64 {
+        let meta = RecordMeta {
+            term: 1,
+            index: i + 1,
+            kind: 1,
+        };
+        let at = store
+            .commitlog()
+            .append(&[NewRecord {
+                meta,
+                payload: &[7; 100],
+            }])
+            .unwrap();
+        let phys = at.offsets[0] + 32;
+        store
+            .dispatch(&raftmq_store::Dispatch {
+                topic: "T",
+                queue_id: 0,
+                phys,
+                size: 100,
+                tag_hash: 0,
+                store_timestamp_ms: 0,
+                keys: vec![],
+            })
+            .unwrap();
+        store.mark_dispatched(phys + 100);
+    }
+    store.close().unwrap();
+    assert_eq!(verify_json(dir.path())["queues"][0]["max_offset"], 60);
+
+    let verify_err = || {
+        let out = raftmq()
+            .args(["store", "verify", "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    // A bit of unit 30's `phys`, in the second (whole) block.
+    let cq = dir.path().join("consumequeue/T/0/00000000000000000000");
+    let mut bytes = std::fs::read(&cq).unwrap();
+    bytes[512 + 5 * 20] ^= 0x20;
+    std::fs::write(&cq, &bytes).unwrap();
+    let err = verify_err();
+    assert!(err.contains("does not match its seal"), "{err}");
+    bytes[512 + 5 * 20] ^= 0x20;
+    std::fs::write(&cq, &bytes).unwrap();
+    verify_json(dir.path());
+
+    std::fs::write(
+        dir.path().join("damaged"),
+        "T/0 offset 25: a unit does not lead to its message\n",
+    )
+    .unwrap();
+    let err = verify_err();
+    assert!(
+        err.contains("damaged while it ran") && err.contains("T/0 offset 25"),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_arguments_give_a_one_line_error() {
     let empty = tempfile::tempdir().unwrap();

@@ -88,11 +88,19 @@ fn with_store<T>(
     Ok(out)
 }
 
-/// Opens the store (recovering it if needed), reads every record and closes
-/// it cleanly.
+/// Opens the store (recovering it if needed), reads every record and every
+/// ConsumeQueue unit, and closes it cleanly. Damage the node noted while it
+/// ran (`damaged`, set aside at its next start) is an error too.
 pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> {
     let committed_index = raftmq_raft::raft_meta::committed_index(&dir.join("raft"))
         .with_context(|| format!("reading {}/raft", dir.display()))?;
+    if let Some(note) = raftmq_raft::quarantine::noted_damage(dir) {
+        anyhow::bail!(
+            "the node found its store damaged while it ran ({}): start it and it sets the store aside \
+             to be sent the log again by its group",
+            note.trim().replace('\n', "; ")
+        );
+    }
     with_store(dir, segment_size, |store| {
         let log = store.commitlog();
         let mut s = Summary {
@@ -117,6 +125,12 @@ pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> 
             s.last_index = Some(record.meta().index);
             s.last_term = Some(record.meta().term);
         }
+        // Every unit, its block's seal checked (a running node checks a
+        // block only when it reads it).
+        store
+            .queues()
+            .check_all(log.min_offset(), store.dispatched_offset())
+            .context("checking the consume queues")?;
         for (topic, queue_id, cq) in store.queues().queues() {
             s.queues.push(QueueSummary {
                 topic,

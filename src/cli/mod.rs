@@ -149,7 +149,9 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum StoreCommand {
     /// Open a store the way a broker does (recovering it if the last stop was
-    /// a crash), verify the CRC of every record, and print a summary.
+    /// a crash), verify the CRC of every record and every ConsumeQueue
+    /// unit against its block's seal, and print a summary. A store whose
+    /// node noted damage while it ran is refused.
     /// The broker owning the directory must be stopped.
     Verify {
         /// The store directory (a broker's data_dir).
