@@ -140,7 +140,14 @@ impl Broker {
         let key = format!("{topic}#{wanted}");
         let candidates = store
             .query_key(key.as_bytes(), 0, u64::MAX, max.saturating_mul(4).max(64))
-            .map_err(|e| BrokerError::Internal(e.to_string()))?;
+            .map_err(|e| {
+                // Damage is refused, not a lookup that misses messages; the
+                // next start sets the store aside (`queued`).
+                if matches!(e, raftmq_store::StoreError::Corrupt { .. }) {
+                    self.node.note_damage(&format!("the key index: {e}"));
+                }
+                BrokerError::Internal(e.to_string())
+            })?;
         let limit = self.cfg.store.max_record_size;
         let mut out = Vec::new();
         let mut budget = ResponseBudget::new(self.live().limits.max_response_bytes);
@@ -208,10 +215,14 @@ impl Broker {
             let Some(cq) = store.queue(topic, q) else { continue };
             let mut offset = self.offset_for_timestamp(topic, q, begin_ms)?.max(cq.min_offset());
             while offset < cq.max_offset() && out.len() < max {
-                let (_, bytes) = store
-                    .message(topic, q, offset)
-                    .map_err(|e| BrokerError::Internal(e.to_string()))?;
-                let (view, _) = MessageView::parse(&bytes).map_err(|e| BrokerError::Internal(e.to_string()))?;
+                let (unit, bytes) = match queued(&self.node, topic, q, offset)? {
+                    Queued::Found(unit, bytes) => (unit, bytes),
+                    Queued::Purged => {
+                        offset += 1;
+                        continue;
+                    }
+                };
+                let view = parse(&self.node, topic, q, offset, &unit, &bytes)?;
                 // Store times follow the leader's clock and are not strictly
                 // monotonic across leaders: stop at the first one past the end.
                 if view.store_timestamp_ms >= end_ms {

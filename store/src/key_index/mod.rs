@@ -43,6 +43,14 @@
 //! Slot (4 bytes, 4-byte aligned, so never torn): entry number + 1 of the
 //! newest entry whose `key_hash % slot_count` is the slot; 0 = empty.
 //!
+//! Every block of entries carries a seal (`packed`: a CRC32 of its 25
+//! entries, in what was padding), written anew with each entry and checked
+//! whenever a query reads an entry; and every entry a chain walk reaches
+//! must belong to the slot it started from. A flipped bit in an entry, a
+//! link or a slot is then a `Corrupt` error, not a lookup that silently
+//! misses messages. Blocks written before seals are all zeros there and are
+//! read unchecked.
+//!
 //! Entry ([`ENTRY_SIZE`] bytes, never crossing a sector, see `packed`):
 //!
 //! | offset | size | field          | meaning                                                        |
@@ -72,9 +80,10 @@
 //! dispatch checkpoint `valid_below` (every entry with a smaller physical
 //! offset was durable): files starting at or above it are deleted; the newest
 //! remaining file is cut back to its prefix of entries below it (stopping at
-//! the first empty entry), its slot table is rebuilt from those entries (their
-//! `prev` links are durable), everything after them is zeroed, and the header
-//! is rewritten. Recovery scans the whole newest file once.
+//! the first empty entry), the seals of the blocks it keeps are checked,
+//! its slot table is rebuilt from those entries (their `prev` links are
+//! durable), everything after them is zeroed, and the header is rewritten.
+//! Recovery scans the whole newest file once.
 //!
 //! # Concurrency
 //!
@@ -371,6 +380,45 @@ impl IndexFile {
         Ok(Entry::decode(b))
     }
 
+    /// The unit bytes and seal of the block holding entry `i`.
+    ///
+    /// # Safety
+    /// As for [`IndexFile::read_slot`].
+    unsafe fn entry_block(&self, i: u64) -> Result<(&[u8], &[u8])> {
+        // SAFETY: as for `read_slot`.
+        let block = unsafe { self.mf.slice(self.entries_pos + packed::block_pos(i), BLOCK_SIZE)? };
+        Ok(block.split_at(packed::UNIT_BYTES as usize))
+    }
+
+    /// Checks the seal of the block holding entry `i` against its entries.
+    ///
+    /// # Safety
+    /// As for [`IndexFile::read_slot`].
+    unsafe fn check_seal(&self, i: u64) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        let (units, seal) = unsafe { self.entry_block(i)? };
+        if packed::seal_fits(units, seal) {
+            return Ok(());
+        }
+        Err(self.corrupt(
+            self.entries_pos + packed::block_pos(i),
+            format!("the block holding entry {i} does not match its seal"),
+        ))
+    }
+
+    /// Seals the block holding entry `i` for its entries as they are now.
+    ///
+    /// # Safety
+    /// As for [`IndexFile::write_slot`].
+    unsafe fn reseal(&self, i: u64) -> Result<()> {
+        // SAFETY: forwarded to the caller; the slice dies before the write.
+        let seal = packed::seal(unsafe { self.entry_block(i)? }.0);
+        unsafe {
+            self.mf
+                .write(self.entries_pos + packed::block_pos(i) + packed::UNIT_BYTES, &seal)
+        }
+    }
+
     /// # Safety
     /// The caller holds the write guard of `head` or has exclusive access.
     unsafe fn write_slot(&self, slot: u64, value: u32) -> Result<()> {
@@ -418,7 +466,10 @@ impl IndexFile {
             delta,
             prev,
         };
-        unsafe { self.write_entry(n, &entry)? };
+        unsafe {
+            self.write_entry(n, &entry)?;
+            self.reseal(n)?;
+        }
         // n < capacity <= MAX_ENTRIES, so n + 1 fits in a u32.
         unsafe { self.write_slot(slot, n as u32 + 1)? };
         let mut next = *head;
@@ -451,7 +502,22 @@ impl IndexFile {
         // Every step goes to a strictly smaller entry number, so the walk
         // takes at most `count` steps whatever the data says.
         while cur != 0 {
-            let e = unsafe { self.read_entry(cur - 1)? };
+            let e = unsafe {
+                self.check_seal(cur - 1)?;
+                self.read_entry(cur - 1)?
+            };
+            // A damaged slot or link leads into another slot's chain, whose
+            // entries would all be passed over: a silent miss.
+            if u64::from(e.hash) % self.slot_count != slot {
+                return Err(self.corrupt(
+                    self.entries_pos + packed::unit_pos(cur - 1),
+                    format!(
+                        "entry {} (hash {:#x}) is in the chain of slot {slot}, not its own",
+                        cur - 1,
+                        e.hash
+                    ),
+                ));
+            }
             if e.hash == hash {
                 let t = begin_s + u64::from(e.delta);
                 if (bs..=es).contains(&t) {
@@ -505,6 +571,23 @@ impl IndexFile {
             max_delta = max_delta.max(e.delta);
             k += 1;
         }
+        // The kept entries were durable whole, blocks and seals: each whole
+        // block's seal must fit. The block the cut falls in may hold a seal
+        // older or newer than its entries (a crash), but of some prefix of
+        // them; it is sealed anew once cut.
+        for b in (0..k).step_by(UNITS_PER_BLOCK as usize) {
+            let (units, seal) = unsafe { self.entry_block(b)? };
+            let fits = match b + UNITS_PER_BLOCK <= k {
+                true => packed::seal_fits(units, seal),
+                false => packed::seal_fits_a_prefix(units, seal, UNITS_PER_BLOCK),
+            };
+            if !fits {
+                return Err(self.corrupt(
+                    self.entries_pos + packed::block_pos(b),
+                    format!("the block holding entry {b} does not match its seal"),
+                ));
+            }
+        }
         unsafe { self.mf.zero(SLOTS_POS, self.slot_count * SLOT_SIZE)? };
         for i in 0..k {
             let e = unsafe { self.read_entry(i)? };
@@ -515,6 +598,9 @@ impl IndexFile {
         let tail_end = unsafe { self.mf.nonzero_end(tail)? };
         if tail_end > tail {
             unsafe { self.mf.zero(tail, tail_end - tail)? };
+        }
+        if k % UNITS_PER_BLOCK != 0 {
+            unsafe { self.reseal(k - 1)? };
         }
         let old_count = head.entry_count;
         head.entry_count = k as u32;

@@ -262,6 +262,75 @@ fn entry_byte(slots: u64, i: u64) -> u64 {
     entries_pos(slots) + packed::unit_pos(i)
 }
 
+/// Writes the seal of the block holding entry `i` anew, as if the damage
+/// made to it had been written by the index: what the seal cannot catch,
+/// the structural checks must.
+fn reseal(file: &fs::File, slots: u64, i: u64) {
+    let mut units = vec![0u8; packed::UNIT_BYTES as usize];
+    let block = entries_pos(slots) + packed::block_pos(i);
+    file.read_exact_at(&mut units, block).unwrap();
+    file.write_at(&packed::seal(&units), block + packed::UNIT_BYTES)
+        .unwrap();
+}
+
+/// A flipped bit anywhere in an entry is found by its block's seal; a slot
+/// that leads into another slot's chain, by the chain walk.
+#[test]
+fn damaged_entries_and_slots_are_errors_not_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("index").join(format!("{:020}", 0));
+    let ki = open(dir.path(), 4, 100, false, u64::MAX);
+    for n in 0..40 {
+        ki.put(format!("k{}", n % 8).as_bytes(), n * 10, 0).unwrap();
+    }
+    ki.flush().unwrap();
+    drop(ki);
+    let file = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let expected = all(&open(dir.path(), 4, 100, false, u64::MAX), b"k3");
+    assert_eq!(expected.len(), 5);
+    let byte = |at: u64| {
+        let mut b = [0u8];
+        file.read_exact_at(&mut b, at).unwrap();
+        b[0]
+    };
+    // Every bit of entry 27 (in the second block, k3's chain).
+    for at in entry_byte(4, 27)..entry_byte(4, 27) + ENTRY_SIZE {
+        let good = byte(at);
+        for bit in 0..8 {
+            file.write_at(&[good ^ (1 << bit)], at).unwrap();
+            let ki = open(dir.path(), 4, 100, false, u64::MAX);
+            match ki.query(b"k3", 0, u64::MAX, 10) {
+                Err(StoreError::Corrupt { .. }) => {}
+                other => panic!("byte {at} bit {bit}: {other:?}"),
+            }
+        }
+        file.write_at(&[good], at).unwrap();
+    }
+    // Slot of k3 moved onto an entry of another key's chain (entry 4: k4).
+    let slot = u64::from(key_hash(b"k3")) % 4;
+    let mut was = [0u8; 4];
+    file.read_exact_at(&mut was, SLOTS_POS + slot * SLOT_SIZE).unwrap();
+    let other = (0..40u64)
+        .find(|&i| u64::from(key_hash(format!("k{}", i % 8).as_bytes())) % 4 != slot)
+        .unwrap();
+    file.write_at(&(other as u32 + 1).to_le_bytes(), SLOTS_POS + slot * SLOT_SIZE)
+        .unwrap();
+    let err = open(dir.path(), 4, 100, false, u64::MAX)
+        .query(b"k3", 0, u64::MAX, 10)
+        .unwrap_err();
+    assert!(err.to_string().contains("not its own"), "{err}");
+    file.write_at(&was, SLOTS_POS + slot * SLOT_SIZE).unwrap();
+    assert_eq!(all(&open(dir.path(), 4, 100, false, u64::MAX), b"k3"), expected);
+
+    // Recovery after a crash checks the seals of the entries it keeps.
+    let good = byte(entry_byte(4, 3) + 5);
+    file.write_at(&[good ^ 4], entry_byte(4, 3) + 5).unwrap();
+    let err = KeyIndex::open(dir.path(), 4, 100, MapOptions::default(), true, u64::MAX).unwrap_err();
+    assert!(err.to_string().contains("does not match its seal"), "{err}");
+    file.write_at(&[good], entry_byte(4, 3) + 5).unwrap();
+    assert_eq!(all(&open(dir.path(), 4, 100, true, u64::MAX), b"k3"), expected);
+}
+
 #[test]
 fn corrupt_links_are_errors_not_panics_or_loops() {
     let dir = tempfile::tempdir().unwrap();
@@ -272,7 +341,7 @@ fn corrupt_links_are_errors_not_panics_or_loops() {
     }
     ki.flush().unwrap();
     drop(ki);
-    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let file = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
 
     // Slot 0 points far beyond the entries.
     file.write_at(&u32::MAX.to_le_bytes(), SLOTS_POS).unwrap();
@@ -288,6 +357,7 @@ fn corrupt_links_are_errors_not_panics_or_loops() {
     file.write_at(&3u32.to_le_bytes(), SLOTS_POS).unwrap();
     file.write_at(&2u32.to_le_bytes(), entry_byte(1, 1) + E_PREV as u64)
         .unwrap();
+    reseal(&file, 1, 1);
     let ki = open(dir.path(), 1, 10, false, u64::MAX);
     let err = ki.query(b"k", 0, u64::MAX, 10).unwrap_err();
     assert!(err.to_string().contains("not older"), "{err}");
@@ -298,6 +368,7 @@ fn corrupt_links_are_errors_not_panics_or_loops() {
     // Entry 1 links forward, past the entry count.
     file.write_at(&u32::MAX.to_le_bytes(), entry_byte(1, 1) + E_PREV as u64)
         .unwrap();
+    reseal(&file, 1, 1);
     let ki = open(dir.path(), 1, 10, false, u64::MAX);
     assert!(ki.query(b"k", 0, u64::MAX, 10).is_err());
     drop(ki);
