@@ -54,6 +54,39 @@ pub struct BrokerSettings {
     /// Each node's data on a tmpfs of this many bytes, with the brokers'
     /// disk watermarks on (for the disk-full nemesis).
     pub disk_bytes: Option<u64>,
+    /// Raft's timing in milliseconds, when not the brokers' defaults:
+    /// election timeout bounds and heartbeat period (`--raft-timing`).
+    pub raft_timing: Option<RaftTiming>,
+}
+
+/// Raft's election timeout bounds and heartbeat period, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftTiming {
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    pub heartbeat_ms: u64,
+}
+
+impl std::str::FromStr for RaftTiming {
+    type Err = String;
+
+    /// `MIN:MAX:HEARTBEAT`, in milliseconds, HEARTBEAT < MIN <= MAX.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<u64> = s
+            .split(':')
+            .map(|p| p.trim().parse::<u64>().map_err(|e| format!("{p:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        match parts[..] {
+            [min, max, hb] if hb > 0 && hb < min && min <= max => Ok(RaftTiming {
+                election_min_ms: min,
+                election_max_ms: max,
+                heartbeat_ms: hb,
+            }),
+            _ => Err(format!(
+                "{s:?}: expected MIN:MAX:HEARTBEAT in milliseconds, with HEARTBEAT < MIN <= MAX"
+            )),
+        }
+    }
 }
 
 /// The group's name, in every node's config and certificate.
@@ -299,6 +332,17 @@ impl Cluster {
                      disk_refuse_ratio = 1.0\n"
                 },
             );
+            if let Some(t) = settings.raft_timing {
+                // Top-level keys: before the first table.
+                let at = config.find("[store]").unwrap_or(config.len());
+                config.insert_str(
+                    at,
+                    &format!(
+                        "election_timeout_min_ms = {}\nelection_timeout_max_ms = {}\nheartbeat_interval_ms = {}\n",
+                        t.election_min_ms, t.election_max_ms, t.heartbeat_ms
+                    ),
+                );
+            }
             if let Some(sec) = &security {
                 config.push_str(&sec.tls_table(&h.name));
                 config.push_str(&sec.acl_table());
@@ -603,4 +647,26 @@ pub async fn scrape(at: &MetricsAddr, timeout: Duration) -> Option<NodeMetrics> 
         }
     }
     (seen_commit && seen_applied && body.contains("# EOF")).then_some(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RaftTiming;
+
+    #[test]
+    fn raft_timing_parses_and_refuses_nonsense() {
+        let t: RaftTiming = "500:1000:100".parse().unwrap();
+        assert_eq!((t.election_min_ms, t.election_max_ms, t.heartbeat_ms), (500, 1000, 100));
+        for bad in [
+            "",
+            "500:1000",
+            "500:400:100",
+            "500:1000:500",
+            "500:1000:0",
+            "a:b:c",
+            "1:2:3:4",
+        ] {
+            assert!(bad.parse::<RaftTiming>().is_err(), "{bad:?}");
+        }
+    }
 }

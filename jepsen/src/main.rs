@@ -134,6 +134,11 @@ struct TestArgs {
     /// faults (never on the node another fault holds).
     #[arg(long)]
     overlap: bool,
+    /// Raft's timing in the brokers' configs, MIN:MAX:HEARTBEAT in
+    /// milliseconds (election timeout bounds, heartbeat period); the
+    /// brokers' defaults (150:300:50) without it.
+    #[arg(long)]
+    raft_timing: Option<cluster::RaftTiming>,
 }
 
 fn main() {
@@ -184,6 +189,7 @@ fn test(a: TestArgs, campaign: Option<u64>) -> anyhow::Result<bool> {
         self_test: a.self_test,
         secure: a.secure,
         overlap: a.overlap,
+        raft_timing: a.raft_timing,
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

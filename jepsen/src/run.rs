@@ -46,6 +46,9 @@ pub struct TestOpts {
     pub secure: bool,
     /// Membership moves overlap the other faults.
     pub overlap: bool,
+    /// Raft's timing in the brokers' configs (`--raft-timing`), if not the
+    /// defaults.
+    pub raft_timing: Option<crate::cluster::RaftTiming>,
 }
 
 /// The `raftmq` binary: the one given, or a release build of this
@@ -130,6 +133,7 @@ pub async fn run(opts: TestOpts) -> anyhow::Result<bool> {
             .faults
             .contains(&Fault::DiskFull)
             .then_some(crate::disk::DISK_BYTES),
+        raft_timing: opts.raft_timing,
     };
     let cluster = Arc::new(Mutex::new(Cluster::start(&bin, net, &run_dir, &settings)?));
     // Ctrl-C or SIGTERM (from `timeout`, say) still stops the processes and
