@@ -575,7 +575,12 @@ impl Broker {
                 .map(|(v, _)| v.store_timestamp_ms)
                 .map_err(|e| raftmq_store::StoreError::BadArgument(e.to_string()))
         })
-        .map_err(|e| BrokerError::Internal(e.to_string()))
+        .map_err(|e| {
+            if matches!(e, raftmq_store::StoreError::Corrupt { .. }) {
+                self.node.note_damage(&format!("{topic}/{queue_id}: {e}"));
+            }
+            BrokerError::Internal(e.to_string())
+        })
     }
 
     pub async fn delete_topic_local(&self, name: &str) -> Result<(), BrokerError> {

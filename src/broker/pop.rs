@@ -551,6 +551,8 @@ fn plan(
     };
     // A queue with messages left out for want of a receive position.
     let mut refused_position = false;
+    // The first queue that could not be read.
+    let mut damage = None;
     for i in 0..queues {
         if room.messages == 0 {
             break;
@@ -605,7 +607,15 @@ fn plan(
         let blocked = (group.fifo && inflight > 0) || no_position;
         let cap = limits.max_inflight_per_queue.saturating_sub(inflight).min(group_room);
         if !blocked && room.messages > 0 && cap > 0 {
-            plan.fresh = fresh(node, r, queue_id, view.map(|v| v.next), &mut room, cap)?;
+            // Damage in one queue (refused and noted by `queued`) must not
+            // keep the others from being received.
+            plan.fresh = match fresh(node, r, queue_id, view.map(|v| v.next), &mut room, cap) {
+                Ok(fresh) => fresh,
+                Err(e) => {
+                    damage.get_or_insert(e);
+                    None
+                }
+            };
             group_room -= plan.fresh.as_ref().map_or(0, |f| f.offsets.len());
         } else if !blocked && group_room == 0 {
             let recheck = now.saturating_add(GROUP_FULL_RECHECK_MS);
@@ -616,9 +626,13 @@ fn plan(
             planned.plans.push(plan);
         }
     }
+    let nothing = planned.plans.is_empty() && planned.dead.is_empty();
+    if let Some(e) = damage.filter(|_| nothing) {
+        return Err(e);
+    }
     // Nothing else to deliver: say why, rather than answer with silence
     // (a client would wait on a receive that can never be served).
-    if refused_position && planned.plans.is_empty() && planned.dead.is_empty() {
+    if refused_position && nothing {
         return Err(BrokerError::Refused(
             Code::Forbidden,
             format!(

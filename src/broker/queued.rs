@@ -8,7 +8,8 @@
 //! client reads from another node, and noted, so that the node's next start
 //! sets its store aside to be sent it again by the group
 //! ([`raftmq_raft::quarantine`]). Only a message retention deleted
-//! meanwhile (or whose topic went) is passed over.
+//! meanwhile (or whose topic went) is passed over, never one whose unit
+//! fails its block's seal.
 
 use raftmq_raft::RaftNode;
 use raftmq_raft::message::{MessageView, tag_hash};
@@ -28,7 +29,7 @@ pub enum Queued {
 pub fn queued(node: &RaftNode, topic: &str, queue_id: u32, q: u64) -> Result<Queued, BrokerError> {
     match node.store.message(topic, queue_id, q) {
         Ok((unit, bytes)) => Ok(Queued::Found(unit, bytes)),
-        Err(_) if purged(node, topic, queue_id, q) => Ok(Queued::Purged),
+        Err(_) if gone(node, topic, queue_id, q) => Ok(Queued::Purged),
         Err(e) => Err(damaged(node, topic, queue_id, q, &e.to_string())),
     }
 }
@@ -40,7 +41,7 @@ pub fn unit(node: &RaftNode, topic: &str, queue_id: u32, q: u64) -> Result<Optio
     };
     match cq.get(q) {
         Ok(unit) => Ok(Some(unit)),
-        Err(_) if purged(node, topic, queue_id, q) => Ok(None),
+        Err(_) if gone(node, topic, queue_id, q) => Ok(None),
         Err(e) => Err(damaged(node, topic, queue_id, q, &e.to_string())),
     }
 }
@@ -63,9 +64,20 @@ pub fn parse<'a>(
     Err(damaged(node, topic, queue_id, q, &why))
 }
 
-/// Whether retention (or a deleted topic) took offset `q`.
-fn purged(node: &RaftNode, topic: &str, queue_id: u32, q: u64) -> bool {
-    node.store.queue(topic, queue_id).is_none_or(|cq| q < cq.min_offset())
+/// Whether offset `q` could not be read for a reason that is not damage:
+/// retention took it (it is below the queue's start, or its unit points
+/// below the log's start: retention and a snapshot install move the log's
+/// start before the queues'), or the queue is gone or was made again
+/// (a topic deleted meanwhile).
+fn gone(node: &RaftNode, topic: &str, queue_id: u32, q: u64) -> bool {
+    let Some(cq) = node.store.queue(topic, queue_id) else {
+        return true;
+    };
+    if q < cq.min_offset() || q >= cq.max_offset() {
+        return true;
+    }
+    cq.get(q)
+        .is_ok_and(|unit| unit.phys < node.store.commitlog().min_offset())
 }
 
 /// Notes the damage and says so to the client.

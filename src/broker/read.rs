@@ -171,7 +171,23 @@ impl Broker {
                 continue;
             }
             // Checked last: a few binary searches per hit.
-            let Some(queue_offset) = queues.iter().find_map(|cq| cq.offset_of_phys(phys).ok().flatten()) else {
+            let mut found = None;
+            for cq in &queues {
+                match cq.offset_of_phys(phys) {
+                    Ok(Some(q)) => {
+                        found = Some(q);
+                        break;
+                    }
+                    Ok(None) => {}
+                    Err(e @ raftmq_store::StoreError::Corrupt { .. }) => {
+                        self.node.note_damage(&format!("{topic}: {e}"));
+                        return Err(BrokerError::Internal(e.to_string()));
+                    }
+                    // Retention moved the queue meanwhile.
+                    Err(_) => {}
+                }
+            }
+            let Some(queue_offset) = found else {
                 continue;
             };
             if !budget.take(bytes.len()) {

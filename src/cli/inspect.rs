@@ -96,8 +96,9 @@ pub fn verify(dir: &Path, segment_size: Option<u64>) -> anyhow::Result<Summary> 
         .with_context(|| format!("reading {}/raft", dir.display()))?;
     if let Some(note) = raftmq_raft::quarantine::noted_damage(dir) {
         anyhow::bail!(
-            "the node found its store damaged while it ran ({}): start it and it sets the store aside \
-             to be sent the log again by its group",
+            "the node found its store damaged while it ran ({}): started, a node with peers sets the store \
+             aside to be sent the log again by its group (a node without peers keeps it: remove the \
+             `damaged` note once you have dealt with it)",
             note.trim().replace('\n', "; ")
         );
     }

@@ -74,6 +74,23 @@ pub fn seal(units: &[u8]) -> [u8; SEAL_LEN as usize] {
     s
 }
 
+/// The seal of a block whose unit bytes are `units` once every unit from
+/// the `n`-th on is zeroed: written before the zeroing, so that a crash
+/// between the two leaves a seal of a prefix (see [`seal_fits_a_prefix`]).
+pub fn seal_of_prefix(units: &[u8], n: u64) -> [u8; SEAL_LEN as usize] {
+    let cut = ((n * UNIT_SIZE) as usize).min(units.len());
+    let mut h = crc32fast::Hasher::new();
+    h.update(&units[..cut]);
+    h.update(&ZEROS[..units.len() - cut]);
+    let mut s = [0u8; SEAL_LEN as usize];
+    s[..4].copy_from_slice(&SEAL_MAGIC);
+    s[4..8].copy_from_slice(&h.finalize().to_le_bytes());
+    s
+}
+
+/// Zeros as long as a block's units.
+const ZEROS: [u8; UNIT_BYTES as usize] = [0; UNIT_BYTES as usize];
+
 /// Whether a block's seal (`seal_bytes`) fits its unit bytes (`units`)
 /// exactly: unsealed, or sealed with their CRC.
 pub fn seal_fits(units: &[u8], seal_bytes: &[u8]) -> bool {
@@ -88,7 +105,6 @@ pub fn seal_fits(units: &[u8], seal_bytes: &[u8]) -> bool {
 /// units were written, for some `n <= present`: what a crash can leave
 /// (see the module docs).
 pub fn seal_fits_a_prefix(units: &[u8], seal_bytes: &[u8], present: u64) -> bool {
-    const ZEROS: [u8; UNIT_BYTES as usize] = [0; UNIT_BYTES as usize];
     let Seal::Sealed(crc) = Seal::read(seal_bytes) else {
         return Seal::read(seal_bytes) == Seal::Unsealed;
     };
@@ -151,6 +167,8 @@ mod tests {
             !seal_fits_a_prefix(&units, &seals[1], 1),
             "not one shorter than `present`"
         );
+        assert_eq!(seal_of_prefix(&units, 2), seals[1]);
+        assert_eq!(seal_of_prefix(&units, 25), seals[2]);
         // A flipped bit in a unit or in the seal is damage.
         let mut flipped = units;
         flipped[25] ^= 0x10;

@@ -30,12 +30,15 @@
 //!
 //! Every block carries a seal (`packed`: a CRC32 of its units), written anew
 //! with each unit. A reader checks the seal of every whole block it reads
-//! from, and `open` the seal of the last block, so a flipped bit is an
-//! error naming the file, never a unit that sends a reader to the wrong
-//! bytes: a unit has no room for a checksum of its own, and one whose
-//! `phys` moved onto another message of the same size and tag would
-//! otherwise be served as that message. Blocks written before seals
-//! existed are all zeros there and are read unchecked.
+//! from, and `open` the seal of the block still growing, so a bit flipped
+//! on disk is an error naming the file, never a unit that sends a reader
+//! to the wrong bytes: a unit has no room for a checksum of its own, and
+//! one whose `phys` moved onto another message of the same size and tag
+//! would otherwise be served as that message. (The growing block is
+//! checked at open only: damage to it in memory while the node runs is not
+//! caught.) Blocks written before seals existed are all zeros there and
+//! are read unchecked; a block appended to by such an older build after
+//! being sealed fails its seal.
 //!
 //! The smallest readable offset (`min_offset`) is not persisted: it starts at
 //! the first unit of the first file, and the owner re-applies
@@ -419,41 +422,40 @@ impl ConsumeQueue {
 
     /// Checks, at open, the block that holds the last unit (the one whole
     /// blocks' readers never check while it grows): its seal fits its units
-    /// as a crash may leave them, and nothing follows the end in it or in
-    /// the next block (a unit emptied by damage would otherwise end the
-    /// queue early, and what follows would be written over). Then seals it
-    /// anew, exactly.
+    /// as a crash may leave them, and nothing follows the end in the block
+    /// that holds it (a unit whose size was flipped to zero would otherwise
+    /// end the queue early, and what follows would be written over). Then
+    /// seals it anew, exactly.
     ///
     /// # Safety
     /// The files must not be shared with any other thread.
     unsafe fn check_tail(units_per_file: u64, segs: &[Seg], max: u64) -> Result<()> {
-        let Some(q) = max.checked_sub(1) else { return Ok(()) };
-        let Some((seg, idx)) = locate(segs, units_per_file, q) else {
+        // SAFETY (all below): forwarded to the caller.
+        if let Some((seg, idx)) = locate(segs, units_per_file, max) {
+            let from = packed::unit_pos(idx);
+            // The rest of the block's units; its seal too when no unit of
+            // the block is in use.
+            let to = match idx % packed::UNITS_PER_BLOCK {
+                0 => packed::block_pos(idx) + packed::BLOCK_SIZE,
+                _ => packed::block_pos(idx) + packed::UNIT_BYTES,
+            };
+            let after = unsafe { seg.file.slice(from, to - from)? };
+            if let Some(i) = after.iter().position(|&b| b != 0) {
+                return Err(StoreError::corrupt(
+                    seg.file.path(),
+                    from + i as u64,
+                    format!("data after the queue's end at queue offset {max}: a unit before it was emptied"),
+                ));
+            }
+        }
+        let Some((seg, idx)) = max.checked_sub(1).and_then(|q| locate(segs, units_per_file, q)) else {
             return Ok(());
         };
-        let block = block_units(units_per_file, idx);
-        let present = idx + 1 - block.start;
-        // SAFETY (all below): forwarded to the caller.
-        unsafe { check_prefix_seal(&seg.file, idx, present)? };
-        let after = packed::unit_pos(idx) + UNIT_SIZE;
-        let next_block_end = (packed::block_pos(idx) + 2 * packed::BLOCK_SIZE).min(seg.file.len());
-        // The rest of this block's units, then the next block whole.
-        let units_end = packed::block_pos(idx) + packed::UNIT_BYTES;
-        let tail = unsafe { seg.file.slice(after, units_end - after)? };
-        let next = unsafe {
-            seg.file.slice(
-                packed::block_pos(idx) + packed::BLOCK_SIZE,
-                next_block_end.saturating_sub(packed::block_pos(idx) + packed::BLOCK_SIZE),
-            )?
-        };
-        if let Some(i) = tail.iter().chain(next).position(|&b| b != 0) {
-            return Err(StoreError::corrupt(
-                seg.file.path(),
-                after + i as u64,
-                format!("data after the queue's end at queue offset {max}: a unit before it was emptied"),
-            ));
+        let present = idx + 1 - block_units(units_per_file, idx).start;
+        unsafe {
+            check_prefix_seal(&seg.file, idx, present)?;
+            reseal(&seg.file, idx)
         }
-        unsafe { reseal(&seg.file, idx) }
     }
 
     fn lock_writer(&self) -> MutexGuard<'_, Writer> {
@@ -665,10 +667,24 @@ impl ConsumeQueue {
     }
 
     /// Drops the units whose `phys >= phys`.
+    ///
+    /// The search for the cut reads units without checking their blocks'
+    /// seals: after a power loss a whole block above the durable mark may
+    /// hold a seal older than its units, and the cut is what removes it.
+    /// (Units kept are below the mark, where blocks reached the disk whole.)
     pub fn truncate_phys(&self, phys: u64) -> Result<()> {
         let mut w = self.lock_writer();
-        let q = self.first_with_phys_at_least(phys)?;
+        let (min, max) = (self.min_offset(), self.max_offset());
+        let q = partition_point(min, max, |q| Ok(self.unit_unchecked(q)?.phys >= phys))?;
         self.truncate_locked(&mut w, q)
+    }
+
+    /// The unit at `q` (in `[min, max)`), its block's seal not checked.
+    fn unit_unchecked(&self, q: u64) -> Result<CqUnit> {
+        let files = self.read_files();
+        let (seg, idx) = self.locate(&files, q)?;
+        // SAFETY: as in `get`.
+        unsafe { read_unit(&seg.file, idx) }
     }
 
     /// First queue offset in `[min, max)` whose unit has `phys >= phys`;
@@ -714,11 +730,15 @@ impl ConsumeQueue {
             // SAFETY: the files write lock excludes every reader, and the
             // writer mutex every other writer.
             unsafe {
-                last.file.zero(from, to - from)?;
-                // The units kept in the cut block get a seal of their own.
-                if !idx.is_multiple_of(packed::UNITS_PER_BLOCK) {
-                    reseal(&last.file, idx)?;
+                // The units kept in the cut block get a seal of their own,
+                // written first: a kill before the zeroing ends leaves the
+                // seal of a prefix, which open accepts.
+                let kept = idx % packed::UNITS_PER_BLOCK;
+                if kept != 0 {
+                    let seal = packed::seal_of_prefix(block_of(&last.file, idx)?.0, kept);
+                    last.file.write(packed::block_pos(idx) + packed::UNIT_BYTES, &seal)?;
                 }
+                last.file.zero(from, to - from)?;
             }
             let from = packed::block_pos(idx);
             last.file.flush(from, to - from)?;

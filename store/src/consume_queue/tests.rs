@@ -628,3 +628,43 @@ proptest! {
         }
     }
 }
+
+/// A unit of a new last file whose size was flipped to zero would make a
+/// clean open end the queue before it, and the next append write over it.
+#[test]
+fn an_emptied_first_unit_of_the_last_file_is_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fill(&ConsumeQueue::open(dir, 25, OPTS, false).unwrap(), 0..26);
+    // Unit 25 (the only one of file 25) has size 7 = 0b111: zero it whole.
+    let file = dir.join(offset_name(25));
+    let mut bytes = fs::read(&file).unwrap();
+    bytes[8..12].fill(0);
+    fs::write(&file, &bytes).unwrap();
+    for crashed in [false, true] {
+        let err = ConsumeQueue::open(dir, 25, OPTS, crashed).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "crashed {crashed}: {err}");
+    }
+}
+
+/// Truncation seals the units it keeps before it zeroes the rest, so a
+/// kill between the two leaves a state open accepts (the caller cuts
+/// again: open cuts to the dispatch mark, the Raft log to its records).
+#[test]
+fn a_truncation_cut_short_by_a_kill_is_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fill(&ConsumeQueue::open(dir, 100, OPTS, false).unwrap(), 0..40);
+    // As truncate(30) leaves block 1 (units 25-49) before it zeroes.
+    let file = dir.join(offset_name(0));
+    let mut bytes = fs::read(&file).unwrap();
+    let block = packed::block_pos(25) as usize;
+    let seal = packed::seal_of_prefix(&bytes[block..block + packed::UNIT_BYTES as usize], 5);
+    bytes[block + packed::UNIT_BYTES as usize..block + packed::BLOCK_SIZE as usize].copy_from_slice(&seal);
+    fs::write(&file, &bytes).unwrap();
+    let cq = ConsumeQueue::open(dir, 100, OPTS, true).unwrap();
+    assert_units(&cq, 0..40);
+    cq.truncate(30).unwrap();
+    drop(cq);
+    assert_units(&ConsumeQueue::open(dir, 100, OPTS, false).unwrap(), 0..30);
+}
