@@ -3,7 +3,9 @@
 //! Measures, for 1 KiB payloads: async append, sync append (group commit)
 //! with 1, 16 and 64 appenders, a sequential verified read, and, in the same
 //! run, a raw memcpy into a preallocated mapped file as the ceiling that
-//! async append is compared against.
+//! async append is compared against. Then the ConsumeQueue: appends (each
+//! reseals its block) and reads (each checks a whole block's seal), beside
+//! the CRC32 of one 500-byte block alone, the seal's share of either.
 //!
 //! Environment: `RAFTMQ_BENCH_DIR` (default: the system temp dir; it must be
 //! on a real disk for the sync numbers to mean anything), `RAFTMQ_BENCH_MIB`
@@ -275,6 +277,42 @@ fn sync_pipelined(dir: &std::path::Path, inflight: u64, secs: u64) -> Row {
     )
 }
 
+/// ConsumeQueue appends and sequential reads of `units` units, and the
+/// CRC32 of one block as often, the seals' own cost.
+fn consume_queue(dir: &std::path::Path, units: u64) -> Vec<Row> {
+    use raftmq_store::{ConsumeQueue, CqUnit};
+    let cq = ConsumeQueue::open_dir(&dir.join("cq"), 300_000, false).unwrap();
+    let started = Instant::now();
+    for i in 0..units {
+        cq.append(CqUnit {
+            phys: i * 1056,
+            size: 1024,
+            tag_hash: i,
+        })
+        .unwrap();
+    }
+    let append = started.elapsed();
+    let started = Instant::now();
+    let mut sum = 0u64;
+    for i in 0..units {
+        sum = sum.wrapping_add(cq.get(i).unwrap().phys);
+    }
+    let get = started.elapsed();
+    let block = [7u8; 500];
+    let started = Instant::now();
+    for i in 0..units {
+        sum = sum.wrapping_add(u64::from(crc32fast::hash(std::hint::black_box(&block[..])) ^ i as u32));
+    }
+    let crc = started.elapsed();
+    std::hint::black_box(sum);
+    let per = |d: Duration| format!("{:.0} ns each", d.as_nanos() as f64 / units as f64);
+    vec![
+        row("consume queue append (reseals)", units, units * 20, append, per(append)),
+        row("consume queue get (checks seal)", units, units * 20, get, per(get)),
+        row("crc32 of one 500-byte block", units, units * 500, crc, per(crc)),
+    ]
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not supported.
     let base = std::env::var_os("RAFTMQ_BENCH_DIR")
@@ -326,6 +364,7 @@ fn main() {
     rows.extend(pipelined);
     rows.extend(raw_sync);
     rows.push(read);
+    rows.extend(consume_queue(dir.path(), 2_000_000));
 
     println!("{:<34} {:>14} {:>10}  notes", "case", "records/s", "MiB/s");
     for r in &rows {
