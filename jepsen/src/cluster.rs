@@ -333,8 +333,8 @@ impl Cluster {
                 },
             );
             if let Some(t) = settings.raft_timing {
-                // Top-level keys: before the first table.
-                let at = config.find("[store]").unwrap_or(config.len());
+                // Top-level keys: before the first table (`[peers.N]`).
+                let at = config.find("\n[").map_or(config.len(), |i| i + 1);
                 config.insert_str(
                     at,
                     &format!(
