@@ -15,17 +15,21 @@
 //!              8  4 bytes  zero
 //! ```
 //!
-//! A writer that seals (the ConsumeQueue) writes a unit, then the seal of
-//! its block anew, so a flipped bit anywhere in a block is found when the
-//! block is read. A seal of all zeros is an unsealed block: one written
-//! before seals existed, or by an array that does not seal (the key index);
-//! it is read unchecked. Anything else in those 12 bytes is damage.
+//! Both arrays (ConsumeQueue and key-index entries) write a unit, then the
+//! seal of its block anew, so a flipped bit anywhere in a block is found
+//! when the block is read ([`check_block`]). A seal of all zeros is an
+//! unsealed block, one written before seals existed: it is read unchecked.
+//! Anything else in those 12 bytes is damage.
 //!
 //! After a crash the disk may hold a block whose seal is older than its
 //! units (the unit reached the disk, the seal written after it did not), so
 //! recovery accepts the seal of any prefix of the block's units
 //! ([`seal_fits_a_prefix`]); a block below the durable mark was made
 //! durable whole, so only a unit above it can be left out that way.
+
+use crate::error::{Result, StoreError};
+use crate::mapped_file::MappedFile;
+
 /// Size of one unit.
 pub const UNIT_SIZE: u64 = 20;
 /// The write-atomicity size assumed of the disk.
@@ -66,30 +70,29 @@ impl Seal {
     }
 }
 
-/// The seal of a block whose unit bytes are `units` ([`UNIT_BYTES`]).
-pub fn seal(units: &[u8]) -> [u8; SEAL_LEN as usize] {
-    let mut s = [0u8; SEAL_LEN as usize];
-    s[..4].copy_from_slice(&SEAL_MAGIC);
-    s[4..8].copy_from_slice(&crc32fast::hash(units).to_le_bytes());
-    s
-}
+/// Zeros as long as a block's units.
+const ZEROS: [u8; UNIT_BYTES as usize] = [0; UNIT_BYTES as usize];
 
-/// The seal of a block whose unit bytes are `units` once every unit from
-/// the `n`-th on is zeroed: written before the zeroing, so that a crash
-/// between the two leaves a seal of a prefix (see [`seal_fits_a_prefix`]).
-pub fn seal_of_prefix(units: &[u8], n: u64) -> [u8; SEAL_LEN as usize] {
+/// The CRC32 of a block's unit bytes `units` once every unit from the
+/// `n`-th on is zeroed (`n >= UNITS_PER_BLOCK`: as they are).
+fn prefix_crc(units: &[u8], n: u64) -> u32 {
     let cut = ((n * UNIT_SIZE) as usize).min(units.len());
     let mut h = crc32fast::Hasher::new();
     h.update(&units[..cut]);
     h.update(&ZEROS[..units.len() - cut]);
-    let mut s = [0u8; SEAL_LEN as usize];
-    s[..4].copy_from_slice(&SEAL_MAGIC);
-    s[4..8].copy_from_slice(&h.finalize().to_le_bytes());
-    s
+    h.finalize()
 }
 
-/// Zeros as long as a block's units.
-const ZEROS: [u8; UNIT_BYTES as usize] = [0; UNIT_BYTES as usize];
+/// The seal of a block whose unit bytes are `units` once every unit from
+/// the `n`-th on is zeroed (`UNITS_PER_BLOCK`: as they are). Truncation
+/// writes it before the zeroing, so that a crash between the two leaves the
+/// seal of a prefix (see [`seal_fits_a_prefix`]).
+pub fn seal_of_prefix(units: &[u8], n: u64) -> [u8; SEAL_LEN as usize] {
+    let mut s = [0u8; SEAL_LEN as usize];
+    s[..4].copy_from_slice(&SEAL_MAGIC);
+    s[4..8].copy_from_slice(&prefix_crc(units, n).to_le_bytes());
+    s
+}
 
 /// Whether a block's seal (`seal_bytes`) fits its unit bytes (`units`)
 /// exactly: unsealed, or sealed with their CRC.
@@ -105,17 +108,70 @@ pub fn seal_fits(units: &[u8], seal_bytes: &[u8]) -> bool {
 /// units were written, for some `n <= present`: what a crash can leave
 /// (see the module docs).
 pub fn seal_fits_a_prefix(units: &[u8], seal_bytes: &[u8], present: u64) -> bool {
-    let Seal::Sealed(crc) = Seal::read(seal_bytes) else {
-        return Seal::read(seal_bytes) == Seal::Unsealed;
+    match Seal::read(seal_bytes) {
+        Seal::Unsealed => true,
+        Seal::Sealed(crc) => (0..=present.min(UNITS_PER_BLOCK)).any(|n| prefix_crc(units, n) == crc),
+        Seal::Damaged => false,
+    }
+}
+
+/// How a block's seal is checked ([`check_block`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Fit {
+    /// Exactly: the block was written whole (durable, or in memory).
+    Exact,
+    /// As a crash may leave it: the seal of some prefix of at most this
+    /// many of its units.
+    Prefix(u64),
+}
+
+/// The unit bytes and the seal of the block holding unit `i` of an array
+/// that starts at byte `base` of `file`.
+///
+/// # Safety
+/// No write to the block may happen while the slices are alive.
+pub(crate) unsafe fn block_of(file: &MappedFile, base: u64, i: u64) -> Result<(&[u8], &[u8])> {
+    // SAFETY: forwarded to the caller.
+    let block = unsafe { file.slice(base + block_pos(i), BLOCK_SIZE)? };
+    Ok(block.split_at(UNIT_BYTES as usize))
+}
+
+/// Checks the seal of the block holding unit `i` (array at `base`);
+/// `Corrupt`, naming the block, when it does not fit.
+///
+/// # Safety
+/// As for [`block_of`].
+pub(crate) unsafe fn check_block(file: &MappedFile, base: u64, i: u64, fit: Fit) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    let (units, seal) = unsafe { block_of(file, base, i)? };
+    let fits = match fit {
+        Fit::Exact => seal_fits(units, seal),
+        Fit::Prefix(present) => seal_fits_a_prefix(units, seal, present),
     };
-    let len = units.len().min(UNIT_BYTES as usize);
-    (0..=present.min(UNITS_PER_BLOCK)).any(|n| {
-        let cut = ((n * UNIT_SIZE) as usize).min(len);
-        let mut h = crc32fast::Hasher::new();
-        h.update(&units[..cut]);
-        h.update(&ZEROS[..len - cut]);
-        h.finalize() == crc
-    })
+    if fits {
+        return Ok(());
+    }
+    Err(StoreError::corrupt(
+        file.path(),
+        base + block_pos(i),
+        format!("the block holding unit {i} does not match its seal (a unit or the seal is damaged)"),
+    ))
+}
+
+/// Seals the block holding unit `i` (array at `base`) anew for its first
+/// `n` units as they are now, the rest counted as zero
+/// ([`UNITS_PER_BLOCK`]: all of them).
+///
+/// # Safety
+/// Only the array's single writer may call it, and no reader may read the
+/// block's seal meanwhile.
+pub(crate) unsafe fn reseal(file: &MappedFile, base: u64, i: u64, n: u64) -> Result<()> {
+    // SAFETY: the writer reads bytes only it writes; the slice dies before
+    // the write, which the caller makes exclusive.
+    unsafe {
+        let seal = seal_of_prefix(block_of(file, base, i)?.0, n);
+        file.write(base + block_pos(i) + UNIT_BYTES, &seal)
+    }
 }
 
 /// Byte position of the block holding unit `i`.
@@ -158,7 +214,7 @@ mod tests {
         let mut seals = Vec::new();
         for i in 0..3 {
             units[i * 20..i * 20 + 20].fill(i as u8 + 1);
-            seals.push(seal(&units));
+            seals.push(seal_of_prefix(&units, UNITS_PER_BLOCK));
         }
         assert!(seal_fits(&units, &seals[2]));
         assert!(!seal_fits(&units, &seals[1]), "an older seal is not exact");

@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use crate::error::{IoContext, Result, StoreError};
 use crate::locks::{lock, read_lock, write_lock};
 use crate::mapped_file::{MapOptions, MappedFile, offset_name, parse_offset_name, sync_dir};
-use crate::packed;
+use crate::packed::{self, Fit};
 
 /// Bytes of one unit.
 pub const UNIT_SIZE: u64 = packed::UNIT_SIZE;
@@ -172,16 +172,6 @@ fn block_units(units_per_file: u64, idx: u64) -> std::ops::Range<u64> {
     first..(first + packed::UNITS_PER_BLOCK).min(units_per_file)
 }
 
-/// The unit bytes and the seal of the block holding unit `idx`.
-///
-/// # Safety
-/// No write to the block may happen while the slices are alive.
-unsafe fn block_of(file: &MappedFile, idx: u64) -> Result<(&[u8], &[u8])> {
-    // SAFETY: forwarded to the caller.
-    let block = unsafe { file.slice(packed::block_pos(idx), packed::BLOCK_SIZE)? };
-    Ok(block.split_at(packed::UNIT_BYTES as usize))
-}
-
 /// Writes the seal of the block holding unit `idx`, for its units as they
 /// are now.
 ///
@@ -190,29 +180,8 @@ unsafe fn block_of(file: &MappedFile, idx: u64) -> Result<(&[u8], &[u8])> {
 /// block's seal meanwhile (readers check the seal of whole blocks below
 /// the published end only).
 unsafe fn reseal(file: &MappedFile, idx: u64) -> Result<()> {
-    // SAFETY: the writer reads bytes only it writes; readers only read.
-    let seal = packed::seal(unsafe { block_of(file, idx)? }.0);
-    // SAFETY: as promised by the caller.
-    unsafe { file.write(packed::block_pos(idx) + packed::UNIT_BYTES, &seal) }
-}
-
-/// Checks the seal of the block holding unit `idx` against its units as a
-/// crash may leave them: sealed when only some of its first `present`
-/// units were written ([`packed::seal_fits_a_prefix`]).
-///
-/// # Safety
-/// As for [`block_of`].
-unsafe fn check_prefix_seal(file: &MappedFile, idx: u64, present: u64) -> Result<()> {
     // SAFETY: forwarded to the caller.
-    let (units, seal) = unsafe { block_of(file, idx)? };
-    if packed::seal_fits_a_prefix(units, seal, present) {
-        return Ok(());
-    }
-    Err(StoreError::corrupt(
-        file.path(),
-        packed::block_pos(idx),
-        "the block does not match its seal (a unit or the seal is damaged)",
-    ))
+    unsafe { packed::reseal(file, 0, idx, packed::UNITS_PER_BLOCK) }
 }
 
 /// The file holding queue offset `q` and the unit's index in it.
@@ -398,7 +367,7 @@ impl ConsumeQueue {
         // its seal fits the units before the gap. A unit emptied by damage
         // leaves the seal of a longer block. Checked before the zeroing
         // below takes the seal too.
-        unsafe { check_prefix_seal(&seg.file, k, k % packed::UNITS_PER_BLOCK)? };
+        unsafe { packed::check_block(&seg.file, 0, k, Fit::Prefix(k % packed::UNITS_PER_BLOCK))? };
         let from = packed::unit_pos(k);
         let to = unsafe { seg.file.nonzero_end(from)? };
         if to > from {
@@ -453,7 +422,7 @@ impl ConsumeQueue {
         };
         let present = idx + 1 - block_units(units_per_file, idx).start;
         unsafe {
-            check_prefix_seal(&seg.file, idx, present)?;
+            packed::check_block(&seg.file, 0, idx, Fit::Prefix(present))?;
             reseal(&seg.file, idx)
         }
     }
@@ -599,14 +568,7 @@ impl ConsumeQueue {
         // written again only by truncate (excluded, as above).
         if seg.first + block_units(self.units_per_file, idx).end <= max {
             // SAFETY: as above.
-            let (units, seal) = unsafe { block_of(&seg.file, idx)? };
-            if !packed::seal_fits(units, seal) {
-                return Err(StoreError::corrupt(
-                    seg.file.path(),
-                    packed::block_pos(idx),
-                    format!("the block holding queue offset {queue_offset} does not match its seal"),
-                ));
-            }
+            unsafe { packed::check_block(&seg.file, 0, idx, Fit::Exact)? };
         }
         if unit.size == 0 {
             return Err(StoreError::corrupt(
@@ -674,8 +636,7 @@ impl ConsumeQueue {
     /// (Units kept are below the mark, where blocks reached the disk whole.)
     pub fn truncate_phys(&self, phys: u64) -> Result<()> {
         let mut w = self.lock_writer();
-        let (min, max) = (self.min_offset(), self.max_offset());
-        let q = partition_point(min, max, |q| Ok(self.unit_unchecked(q)?.phys >= phys))?;
+        let q = self.first_at_least(phys, |q| self.unit_unchecked(q))?;
         self.truncate_locked(&mut w, q)
     }
 
@@ -693,16 +654,22 @@ impl ConsumeQueue {
     /// concurrent append or purge has just made stale, or an error for a
     /// unit purged under it.
     fn first_with_phys_at_least(&self, phys: u64) -> Result<u64> {
+        self.first_at_least(phys, |q| self.get(q))
+    }
+
+    /// As [`ConsumeQueue::first_with_phys_at_least`], reading units with
+    /// `unit`.
+    fn first_at_least(&self, phys: u64, unit: impl Fn(u64) -> Result<CqUnit>) -> Result<u64> {
         let (min, max) = (self.min_offset(), self.max_offset());
         // The common cases at open (nothing to purge, nothing to cut): one
         // read each, not a search of the whole queue.
-        if min < max && self.get(min)?.phys >= phys {
+        if min < max && unit(min)?.phys >= phys {
             return Ok(min);
         }
-        if min < max && self.get(max - 1)?.phys < phys {
+        if min < max && unit(max - 1)?.phys < phys {
             return Ok(max);
         }
-        partition_point(min, max, |q| Ok(self.get(q)?.phys >= phys))
+        partition_point(min, max, |q| Ok(unit(q)?.phys >= phys))
     }
 
     fn truncate_locked(&self, w: &mut Writer, q: u64) -> Result<()> {
@@ -735,8 +702,7 @@ impl ConsumeQueue {
                 // seal of a prefix, which open accepts.
                 let kept = idx % packed::UNITS_PER_BLOCK;
                 if kept != 0 {
-                    let seal = packed::seal_of_prefix(block_of(&last.file, idx)?.0, kept);
-                    last.file.write(packed::block_pos(idx) + packed::UNIT_BYTES, &seal)?;
+                    packed::reseal(&last.file, 0, idx, kept)?;
                 }
                 last.file.zero(from, to - from)?;
             }

@@ -290,7 +290,7 @@ fn roll_back(path: &Path, idx: u64) {
     let units = &mut bytes[block as usize..(block + packed::UNIT_BYTES) as usize];
     let kept = ((idx % packed::UNITS_PER_BLOCK) * UNIT_SIZE) as usize;
     units[kept..].fill(0);
-    let seal = packed::seal(units);
+    let seal = packed::seal_of_prefix(units, packed::UNITS_PER_BLOCK);
     let at = (block + packed::UNIT_BYTES) as usize;
     bytes[at..at + seal.len()].copy_from_slice(&seal);
     fs::write(path, bytes).unwrap();

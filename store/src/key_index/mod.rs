@@ -104,7 +104,7 @@ use crate::layout::INDEX_DIR;
 use crate::le::{u32_at, u64_at};
 use crate::locks::{lock, read_lock, write_lock};
 use crate::mapped_file::{MapOptions, MappedFile, parse_offset_name, sync_dir};
-use crate::packed::{self, BLOCK_SIZE, UNITS_PER_BLOCK};
+use crate::packed::{self, BLOCK_SIZE, Fit, UNITS_PER_BLOCK};
 
 /// The current layout version.
 pub const INDEX_VERSION: u8 = 1;
@@ -380,45 +380,6 @@ impl IndexFile {
         Ok(Entry::decode(b))
     }
 
-    /// The unit bytes and seal of the block holding entry `i`.
-    ///
-    /// # Safety
-    /// As for [`IndexFile::read_slot`].
-    unsafe fn entry_block(&self, i: u64) -> Result<(&[u8], &[u8])> {
-        // SAFETY: as for `read_slot`.
-        let block = unsafe { self.mf.slice(self.entries_pos + packed::block_pos(i), BLOCK_SIZE)? };
-        Ok(block.split_at(packed::UNIT_BYTES as usize))
-    }
-
-    /// Checks the seal of the block holding entry `i` against its entries.
-    ///
-    /// # Safety
-    /// As for [`IndexFile::read_slot`].
-    unsafe fn check_seal(&self, i: u64) -> Result<()> {
-        // SAFETY: forwarded to the caller.
-        let (units, seal) = unsafe { self.entry_block(i)? };
-        if packed::seal_fits(units, seal) {
-            return Ok(());
-        }
-        Err(self.corrupt(
-            self.entries_pos + packed::block_pos(i),
-            format!("the block holding entry {i} does not match its seal"),
-        ))
-    }
-
-    /// Seals the block holding entry `i` for its entries as they are now.
-    ///
-    /// # Safety
-    /// As for [`IndexFile::write_slot`].
-    unsafe fn reseal(&self, i: u64) -> Result<()> {
-        // SAFETY: forwarded to the caller; the slice dies before the write.
-        let seal = packed::seal(unsafe { self.entry_block(i)? }.0);
-        unsafe {
-            self.mf
-                .write(self.entries_pos + packed::block_pos(i) + packed::UNIT_BYTES, &seal)
-        }
-    }
-
     /// # Safety
     /// The caller holds the write guard of `head` or has exclusive access.
     unsafe fn write_slot(&self, slot: u64, value: u32) -> Result<()> {
@@ -468,7 +429,7 @@ impl IndexFile {
         };
         unsafe {
             self.write_entry(n, &entry)?;
-            self.reseal(n)?;
+            packed::reseal(&self.mf, self.entries_pos, n, UNITS_PER_BLOCK)?;
         }
         // n < capacity <= MAX_ENTRIES, so n + 1 fits in a u32.
         unsafe { self.write_slot(slot, n as u32 + 1)? };
@@ -503,7 +464,7 @@ impl IndexFile {
         // takes at most `count` steps whatever the data says.
         while cur != 0 {
             let e = unsafe {
-                self.check_seal(cur - 1)?;
+                packed::check_block(&self.mf, self.entries_pos, cur - 1, Fit::Exact)?;
                 self.read_entry(cur - 1)?
             };
             // A damaged slot or link leads into another slot's chain, whose
@@ -576,17 +537,11 @@ impl IndexFile {
         // older or newer than its entries (a crash), but of some prefix of
         // them; it is sealed anew once cut.
         for b in (0..k).step_by(UNITS_PER_BLOCK as usize) {
-            let (units, seal) = unsafe { self.entry_block(b)? };
-            let fits = match b + UNITS_PER_BLOCK <= k {
-                true => packed::seal_fits(units, seal),
-                false => packed::seal_fits_a_prefix(units, seal, UNITS_PER_BLOCK),
+            let fit = match b + UNITS_PER_BLOCK <= k {
+                true => Fit::Exact,
+                false => Fit::Prefix(UNITS_PER_BLOCK),
             };
-            if !fits {
-                return Err(self.corrupt(
-                    self.entries_pos + packed::block_pos(b),
-                    format!("the block holding entry {b} does not match its seal"),
-                ));
-            }
+            unsafe { packed::check_block(&self.mf, self.entries_pos, b, fit)? };
         }
         unsafe { self.mf.zero(SLOTS_POS, self.slot_count * SLOT_SIZE)? };
         for i in 0..k {
@@ -600,7 +555,7 @@ impl IndexFile {
             unsafe { self.mf.zero(tail, tail_end - tail)? };
         }
         if k % UNITS_PER_BLOCK != 0 {
-            unsafe { self.reseal(k - 1)? };
+            unsafe { packed::reseal(&self.mf, self.entries_pos, k - 1, UNITS_PER_BLOCK)? };
         }
         let old_count = head.entry_count;
         head.entry_count = k as u32;

@@ -269,8 +269,8 @@ fn reseal(file: &fs::File, slots: u64, i: u64) {
     let mut units = vec![0u8; packed::UNIT_BYTES as usize];
     let block = entries_pos(slots) + packed::block_pos(i);
     file.read_exact_at(&mut units, block).unwrap();
-    file.write_at(&packed::seal(&units), block + packed::UNIT_BYTES)
-        .unwrap();
+    let seal = packed::seal_of_prefix(&units, packed::UNITS_PER_BLOCK);
+    file.write_at(&seal, block + packed::UNIT_BYTES).unwrap();
 }
 
 /// A flipped bit anywhere in an entry is found by its block's seal; a slot
