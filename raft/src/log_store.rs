@@ -150,11 +150,7 @@ impl LogStore {
             // A block that fails its seal (after a power loss, one written
             // back before its seal was) is damage to data the CommitLog
             // holds: rebuilt, as below, not the whole store set aside.
-            let corrupt = e
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<raftmq_store::StoreError>())
-                .is_some_and(|s| matches!(s, raftmq_store::StoreError::Corrupt { .. }));
-            if !corrupt {
+            if !crate::quarantine::wraps_corrupt(&e) {
                 return Err(e);
             }
             tracing::error!(error = %e, "the log index is damaged; rebuilding it from the commitlog");

@@ -311,7 +311,7 @@ impl RaftNode {
     /// leader hands leadership on (see `spawn_disk_watch`).
     pub fn note_damage(&self, what: &str) {
         use std::sync::atomic::Ordering;
-        if self.damage_noted.fetch_add(1, Ordering::Relaxed) >= 16 {
+        if self.damage_noted.fetch_add(1, Ordering::Relaxed) >= crate::quarantine::NOTE_LINES {
             return;
         }
         tracing::error!(

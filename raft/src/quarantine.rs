@@ -39,7 +39,7 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 /// store aside.
 pub const DAMAGE_NOTE: &str = "damaged";
 /// Findings kept in the note: the first few say all an operator needs.
-const NOTE_LINES: usize = 16;
+pub const NOTE_LINES: usize = 16;
 
 /// Adds `what` to the damage note in `data` (made durable), unless it holds
 /// [`NOTE_LINES`] findings already.
@@ -67,15 +67,16 @@ pub fn is_damage(e: &RaftError) -> bool {
     match e {
         RaftError::Store(raftmq_store::StoreError::Corrupt { .. }) => true,
         // The log store hands store errors to openraft as `io::Error`s.
-        RaftError::Io(io) => {
-            io.kind() == io::ErrorKind::InvalidData
-                || io
-                    .get_ref()
-                    .and_then(|inner| inner.downcast_ref::<raftmq_store::StoreError>())
-                    .is_some_and(|s| matches!(s, raftmq_store::StoreError::Corrupt { .. }))
-        }
+        RaftError::Io(io) => io.kind() == io::ErrorKind::InvalidData || wraps_corrupt(io),
         _ => false,
     }
+}
+
+/// Whether `e` is a store's `Corrupt` error as the log store wraps it.
+pub(crate) fn wraps_corrupt(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<raftmq_store::StoreError>())
+        .is_some_and(|s| matches!(s, raftmq_store::StoreError::Corrupt { .. }))
 }
 
 /// Moves everything in `data` but the quarantine itself, the store's lock
