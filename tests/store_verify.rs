@@ -9,24 +9,23 @@ fn raftmq() -> Command {
     Command::new(env!("CARGO_BIN_EXE_raftmq"))
 }
 
+/// Appends record `index` (term `term`) with `payload`; its offset.
+fn append(store: &Store, term: u64, index: u64, payload: &[u8]) -> u64 {
+    let meta = RecordMeta { term, index, kind: 1 };
+    store
+        .commitlog()
+        .append(&[NewRecord { meta, payload }])
+        .unwrap()
+        .offsets[0]
+}
+
 #[test]
 fn verify_summarizes_a_clean_store_and_refuses_a_crashed_one() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = StoreConfig::small_for_tests();
     let store = Store::open(dir.path(), &cfg).unwrap();
     for i in 0..50u64 {
-        let meta = RecordMeta {
-            term: 3,
-            index: i + 1,
-            kind: 1,
-        };
-        store
-            .commitlog()
-            .append(&[NewRecord {
-                meta,
-                payload: &[i as u8; 700],
-            }])
-            .unwrap();
+        append(&store, 3, i + 1, &[i as u8; 700]);
     }
     drop(store); // no close: a crash
 
@@ -107,19 +106,7 @@ fn verify_finds_damaged_queues_and_noted_damage() {
     let cfg = StoreConfig::small_for_tests();
     let store = Store::open(dir.path(), &cfg).unwrap();
     for i in 0..60u64 {
-        let meta = RecordMeta {
-            term: 1,
-            index: i + 1,
-            kind: 1,
-        };
-        let at = store
-            .commitlog()
-            .append(&[NewRecord {
-                meta,
-                payload: &[7; 100],
-            }])
-            .unwrap();
-        let phys = at.offsets[0] + 32;
+        let phys = append(&store, 1, i + 1, &[7; 100]) + 32;
         store
             .dispatch(&raftmq_store::Dispatch {
                 topic: "T",
