@@ -606,9 +606,21 @@ impl ConsumeQueue {
     /// read (the reader checks what it finds there).
     pub fn check_units(&self, log_start: u64, log_end: u64) -> Result<()> {
         let _w = self.lock_writer();
+        let files = self.read_files();
+        let max = self.max_offset();
         let mut prev: Option<CqUnit> = None;
-        for q in self.min_offset()..self.max_offset() {
-            let u = self.get(q)?;
+        // Each whole block's seal once, not once per unit as `get` would.
+        let mut sealed: Option<(u64, u64)> = None;
+        for q in self.min_offset()..max {
+            let (seg, idx) = self.locate(&files, q)?;
+            let block = block_units(self.units_per_file, idx);
+            // SAFETY (both): the writer mutex and the files read lock
+            // exclude every write.
+            if sealed != Some((seg.first, block.start)) && seg.first + block.end <= max {
+                unsafe { packed::check_block(&seg.file, 0, idx, Fit::Exact)? };
+                sealed = Some((seg.first, block.start));
+            }
+            let u = unsafe { read_unit(&seg.file, idx)? };
             let bad = u.size == 0
                 || u.phys < log_start
                 || u.phys.checked_add(u64::from(u.size)).is_none_or(|end| end > log_end)
