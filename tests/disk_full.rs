@@ -65,9 +65,16 @@ async fn a_full_disk_refuses_sends_clearly_and_a_full_leader_hands_over() {
         acked.insert((0, send_retrying(&mut c.client(via).await, 0, i).await), i);
     }
 
-    // Every disk full: refused at once, clearly, with a retryable code.
+    // Every disk full: a lowered watermark holds at once, as every node
+    // reports, and a send is refused at once, clearly, with a retryable
+    // code, whichever node leads (the full leader hands over meanwhile, and
+    // a new leader looks at its disk before its first send).
     for id in 1..=3 {
         set_refuse_ratio(&c, id, "0.0001").await;
+    }
+    for id in 1..=3 {
+        let s = c.status(id, false).await.expect("status");
+        assert!(s.disk_full, "node {id} does not report its disk full: {s:?}");
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     let refusal = loop {
@@ -75,10 +82,7 @@ async fn a_full_disk_refuses_sends_clearly_and_a_full_leader_hands_over() {
         let leader = c.leader().await;
         match send_once(&c, leader, i).await {
             Err(s) if s.code() == Code::ResourceExhausted => break s,
-            // Before the node's next look at its disk (every second).
-            Ok(offset) => {
-                acked.insert((0, offset), i);
-            }
+            Ok(offset) => panic!("send {i} was stored at offset {offset} on full disks"),
             Err(s) => eprintln!("send {i}: {s:?} (leadership moving)"),
         }
         assert!(Instant::now() < deadline, "sends never refused for the disk");

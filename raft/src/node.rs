@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
@@ -164,6 +165,9 @@ pub struct RaftNode {
     barriers: tokio::sync::Semaphore,
     /// Findings of damage this run has noted ([`RaftNode::note_damage`]).
     damage_noted: std::sync::atomic::AtomicUsize,
+    /// The newest term in which this node, as leader, looked at its disk
+    /// before taking a send ([`RaftNode::disk_full_for_sends`]).
+    disk_looked_term: std::sync::atomic::AtomicU64,
 }
 
 /// Most [`RaftNode::read_barrier`]s asking the leader at once from one node.
@@ -287,6 +291,7 @@ impl RaftNode {
             network,
             barriers: tokio::sync::Semaphore::new(MAX_BARRIERS),
             damage_noted: Default::default(),
+            disk_looked_term: Default::default(),
         });
         if cfg.bootstrap {
             node.bootstrap(&cfg).await?;
@@ -310,7 +315,6 @@ impl RaftNode {
     /// ([`crate::quarantine`]). Only the first findings are written. A
     /// leader hands leadership on (see `spawn_disk_watch`).
     pub fn note_damage(&self, what: &str) {
-        use std::sync::atomic::Ordering;
         if self.damage_noted.fetch_add(1, Ordering::Relaxed) >= crate::quarantine::NOTE_LINES {
             return;
         }
@@ -492,6 +496,27 @@ impl RaftNode {
 
     pub fn is_leader(&self) -> bool {
         self.raft.is_leader()
+    }
+
+    /// Whether the disk is past `disk_refuse_ratio`, as a leader must know
+    /// it before it proposes a send: `(used %, limit %)` when full. The
+    /// disk watch looks every second at every node, so a node that has
+    /// just won an election may carry a mark up to a second old, while the
+    /// leader it replaced refused sends for that same disk state. So the
+    /// first send of each term at this node looks again (one `statvfs`);
+    /// the mark then stays as current as the old leader's was.
+    pub fn disk_full_for_sends(&self) -> Option<(f64, f64)> {
+        let term = self.raft.metrics().borrow_watched().current_term;
+        if self.disk_looked_term.load(Ordering::Acquire) < term {
+            match self.store.watch_disk(&raftmq_store::retention::StatvfsProbe) {
+                Ok(_) => {
+                    self.disk_looked_term.fetch_max(term, Ordering::AcqRel);
+                }
+                // The watch goes on trying and says so; the mark stands.
+                Err(e) => tracing::debug!(error = %e, "cannot read the disk's use"),
+            }
+        }
+        self.store.commitlog().disk_full()
     }
 
     /// Adds a node: as a learner first (which blocks until it has caught
@@ -821,7 +846,7 @@ impl RaftNode {
                     Err(_) => continue,
                 };
                 let due = handed_over.is_none_or(|t| t.elapsed() >= DISK_HAND_OVER_RETRY);
-                let damaged = self.damage_noted.load(std::sync::atomic::Ordering::Relaxed) > 0;
+                let damaged = self.damage_noted.load(Ordering::Relaxed) > 0;
                 if (full.is_some() || damaged) && self.is_leader() && due {
                     handed_over = Some(tokio::time::Instant::now());
                     match full {

@@ -193,6 +193,11 @@ impl Broker {
         self.live.update(key, value, |next| {
             self.flow_control.set_rate(next.limits.max_requests_per_client_per_s);
             self.node.store.set_retention(next.store.retention.clone());
+            // A changed watermark holds from the next send on, not from the
+            // disk watch's next look.
+            if let Err(e) = self.node.store.watch_disk(&raftmq_store::retention::StatvfsProbe) {
+                tracing::warn!(error = %e, "cannot read the disk's use");
+            }
         })
     }
 
@@ -460,7 +465,7 @@ impl Broker {
         if messages.is_empty() {
             return Err(BrokerError::Invalid("a send needs at least one message".into()));
         }
-        if let Some((used, limit)) = self.node.store.commitlog().disk_full() {
+        if let Some((used, limit)) = self.node.disk_full_for_sends() {
             return Err(BrokerError::DiskFull(format!(
                 "{used:.1}% of the disk is used; writes are refused above {limit:.1}%"
             )));

@@ -42,6 +42,9 @@ pub struct NodeStatus {
     /// Messages stored and delivered by this node since it started.
     pub messages_in_total: u64,
     pub messages_out_total: u64,
+    /// The disk is past the refuse watermark: as leader, this node refuses
+    /// new sends (`CommitLog::disk_full`).
+    pub disk_full: bool,
 }
 
 impl Broker {
@@ -88,6 +91,7 @@ impl Broker {
                 .map_or(0.0, |u| u.ratio()),
             messages_in_total: self.metrics.totals().0,
             messages_out_total: self.metrics.totals().1,
+            disk_full: self.node.store.commitlog().disk_full().is_some(),
         })
     }
 }

@@ -721,5 +721,6 @@ fn status_to_pb(s: NodeStatus) -> pb::StatusResponse {
         disk_used_ratio: s.disk_used_ratio,
         messages_in_total: s.messages_in_total,
         messages_out_total: s.messages_out_total,
+        disk_full: s.disk_full,
     }
 }

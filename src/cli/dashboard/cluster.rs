@@ -127,7 +127,8 @@ fn view(nodes: &[Node]) -> Markup {
                                         Some(s) => { div class=[if s.disk_used_ratio >= 0.75 { Some("bar hot") } else { Some("bar") }] title={(format!("{:.1} %", s.disk_used_ratio * 100.0))} {
                                             span style={"width:" (format!("{:.1}", s.disk_used_ratio * 100.0)) "%"} {} } }
                                         None => "-"
-                                    } }
+                                    }
+                                    @if s.is_some_and(|s| s.disk_full) { " " span.hint title="past store.retention.disk_refuse_ratio" { "full: refusing sends" } } }
                                     td { (crate::cli::display::age(n.info.last_heartbeat_ms)) " ago" }
                                     td.num { (n.info.pid) }
                                 }
