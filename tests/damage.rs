@@ -37,9 +37,14 @@ fn node_dir(c: &Cluster, id: u64) -> PathBuf {
     c.dir.join(format!("node{id}"))
 }
 
-/// The only file of `dir` (a ConsumeQueue or index directory), sorted last.
+/// The newest file of `dir`, not counting a CommitLog segment made ahead
+/// (`<start>.next`), which holds no data yet.
 fn last_file(dir: &Path) -> PathBuf {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_none_or(|e| e != "next"))
+        .collect();
     files.sort();
     files.pop().unwrap_or_else(|| panic!("no file in {}", dir.display()))
 }

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! <dir>/commitlog/<20-digit start offset>       segments (record::*)
+//! <dir>/commitlog/<20-digit start offset>.next  the next segment, made ahead (prefault); removed at open
 //! <dir>/consumequeue/<topic>/<queue>/<20-digit first queue offset>
 //! <dir>/index/<20-digit first physical offset>  key index files
 //! <dir>/checkpoint                              checkpoint::*
@@ -17,6 +18,10 @@
 
 /// Directory of the CommitLog's segments.
 pub const COMMITLOG_DIR: &str = "commitlog";
+/// Name suffix of a CommitLog segment created ahead of need and not yet in
+/// use (`<start>.next`, see `prefault`); renamed into place at the roll,
+/// removed at open.
+pub const SPARE_SEGMENT_SUFFIX: &str = ".next";
 /// Directory of the ConsumeQueues, one subdirectory per topic and queue.
 pub const CONSUME_QUEUE_DIR: &str = "consumequeue";
 /// Directory of the key index files.

@@ -9,6 +9,7 @@
 //! |-------------------|----------------------------------------------------------------------|
 //! | [`record`]        | the record codec: header layout, CRC, end-of-segment marker          |
 //! | `mapped_file`     | a preallocated, memory-mapped file (segments and index files)        |
+//! | `prefault`        | the thread that faults pages in ahead of writers; the next segment made ahead |
 //! | `locks`, `le`     | poison-tolerant lock helpers; little-endian field access             |
 //! | `packed`          | sector-packed 20-byte unit arrays (ConsumeQueue, key index); block seals |
 //! | [`commitlog`]     | the CommitLog: segments, append, zero-copy reads, truncate, purge; its flusher (group commit) and the start-up recovery scan |
@@ -49,6 +50,7 @@ mod le;
 mod locks;
 mod mapped_file;
 mod packed;
+mod prefault;
 pub mod queue_table;
 pub mod record;
 pub mod retention;

@@ -17,6 +17,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -42,6 +43,9 @@ pub(crate) struct MappedFile {
     _file: File,
     map: MmapRaw,
     len: u64,
+    /// How far the file is faulted in ahead of its writer (bytes from its
+    /// start), kept by the prefault thread.
+    faulted_to: AtomicU64,
 }
 
 impl std::fmt::Debug for MappedFile {
@@ -110,6 +114,7 @@ impl MappedFile {
             _file: file,
             map,
             len,
+            faulted_to: AtomicU64::new(0),
         })
     }
 
@@ -197,6 +202,34 @@ impl MappedFile {
         }
         self.check(pos, len)?;
         self.map.flush_range(pos as usize, len as usize).at(&self.path)
+    }
+
+    pub(crate) fn faulted_to(&self) -> &AtomicU64 {
+        &self.faulted_to
+    }
+
+    /// `madvise` over `[pos, pos + len)`, clamped to the file. Advice never
+    /// changes the file's bytes (only which pages are resident).
+    pub(crate) fn advise(&self, advice: memmap2::Advice, pos: u64, len: u64) -> std::io::Result<()> {
+        let end = pos.saturating_add(len).min(self.len);
+        if pos >= end {
+            return Ok(());
+        }
+        self.map.advise_range(advice, pos as usize, (end - pos) as usize)
+    }
+
+    /// How many of the file's pages are resident (`mincore`), for tests.
+    #[cfg(test)]
+    pub(crate) fn resident_pages(&self) -> std::io::Result<usize> {
+        let pages = self.len.div_ceil(PAGE) as usize;
+        let mut vec = vec![0u8; pages];
+        // SAFETY: the mapping is `len` bytes long and page aligned; `vec`
+        // has one byte per page, as mincore requires.
+        let rc = unsafe { libc::mincore(self.map.as_mut_ptr().cast(), self.len as usize, vec.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
     }
 
     /// Faults in every page from `from` on by writing a zero to it. Only used

@@ -45,6 +45,8 @@ fn segment_files(root: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(root.join("commitlog"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        // The next segment, made ahead in the background, is not in use.
+        .filter(|n| !n.ends_with(raftmq_store::layout::SPARE_SEGMENT_SUFFIX))
         .collect();
     names.sort();
     names

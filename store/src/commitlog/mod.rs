@@ -35,9 +35,10 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::checkpoint::CheckpointFile;
 use crate::config::{FlushMode, StoreConfig};
 use crate::error::{IoContext, Result, StoreError};
-use crate::layout::COMMITLOG_DIR;
+use crate::layout::{COMMITLOG_DIR, SPARE_SEGMENT_SUFFIX};
 use crate::locks::{lock, read_lock, write_lock};
 use crate::mapped_file::{MapOptions, MappedFile, offset_name, sync_dir};
+use crate::prefault::{self, SpareSlot};
 use crate::record::{self, Decoded, EOS_LEN, HEADER_LEN, RecordMeta};
 use flush::{DurableCallback, FlushShared, FlushTarget};
 
@@ -66,6 +67,9 @@ pub(crate) struct Writer {
     active: Option<Arc<Segment>>,
     /// Disk usage (percent, limit) while appends are refused.
     disk_full: Option<(f64, f64)>,
+    /// The next segment, being created ahead by the prefault thread: its
+    /// start and where it lands (see [`crate::prefault`]).
+    spare: Option<(u64, SpareSlot)>,
 }
 
 pub(crate) struct Inner {
@@ -138,8 +142,23 @@ impl Inner {
         segs.get(i).cloned()
     }
     fn create_segment(&self, start: u64) -> Result<Arc<Segment>> {
+        self.create_segment_from(start, None)
+    }
+
+    /// Creates the segment starting at `start`, from `spare` (a file made
+    /// ahead for it, renamed into place) when there is one.
+    fn create_segment_from(&self, start: u64, spare: Option<MappedFile>) -> Result<Arc<Segment>> {
         let path = self.dir.join(offset_name(start));
-        let file = MappedFile::create(&path, self.seg_size(), self.map_opts)?;
+        let file = match spare {
+            Some(mut f) => {
+                fs::rename(f.path(), &path).at(&path).inspect_err(|_| {
+                    let _ = fs::remove_file(f.path());
+                })?;
+                f.set_path(path.clone());
+                f
+            }
+            None => MappedFile::create(&path, self.seg_size(), self.map_opts)?,
+        };
         if let Err(e) = sync_dir(&self.dir) {
             // Not listed yet: remove it, so the same create can be tried again.
             drop(file);
@@ -148,6 +167,21 @@ impl Inner {
         }
         tracing::debug!(start, path = %path.display(), "created segment");
         Ok(Arc::new(Segment { start, file }))
+    }
+
+    /// Asks the prefault thread to create the segment after `last` (the
+    /// newest) ahead of need, under the name `<start>.next`, which recovery
+    /// removes; gives up an earlier spare for another start.
+    fn want_spare(&self, w: &mut Writer, last: u64) {
+        let next = last + self.seg_size();
+        if w.spare.as_ref().is_some_and(|(s, _)| *s == next) {
+            return;
+        }
+        if let Some((_, old)) = w.spare.take() {
+            prefault::abandon_spare(&old);
+        }
+        let path = self.dir.join(format!("{}{SPARE_SEGMENT_SUFFIX}", offset_name(next)));
+        w.spare = Some((next, prefault::create_ahead(path, self.seg_size(), self.map_opts)));
     }
 }
 
@@ -342,7 +376,7 @@ impl CommitLog {
             Some(s) => s,
             None => match inner.segment_for(start) {
                 Some(s) => s,
-                None => self.roll(start - start % seg_size)?,
+                None => self.roll(&mut w, start - start % seg_size)?,
             },
         };
         if let Some(&last) = offsets.last() {
@@ -350,7 +384,7 @@ impl CommitLog {
             while next + seg_size <= last {
                 next += seg_size;
                 if inner.segment_for(next).is_none() {
-                    self.roll(next)?;
+                    self.roll(&mut w, next)?;
                 }
             }
         }
@@ -378,14 +412,31 @@ impl CommitLog {
             prev_end = off + header.len() as u64 + r.payload.len() as u64;
         }
         inner.written.store(end, Ordering::Release);
+        prefault::wrote_to(&seg, prev_end - seg.start, prefault::WINDOW);
+        // Asked for at the first append rather than at open, so a store
+        // opened only to be read (`raftmq store verify`) makes no spare.
+        if w.spare.is_none() {
+            inner.want_spare(&mut w, seg.start);
+        }
         w.active = Some(seg);
         Ok(Appended { offsets, end })
     }
 
-    /// Creates the segment starting at `start` (the writer lock is held).
-    fn roll(&self, start: u64) -> Result<Arc<Segment>> {
-        let seg = self.inner.create_segment(start)?;
+    /// Creates the segment starting at `start` (the writer lock is held),
+    /// from the spare made ahead for it if it is ready, and asks for the
+    /// next spare.
+    fn roll(&self, w: &mut Writer, start: u64) -> Result<Arc<Segment>> {
+        let spare = match w.spare.take() {
+            Some((s, slot)) if s == start => prefault::take_spare(&slot),
+            Some((_, slot)) => {
+                prefault::abandon_spare(&slot);
+                None
+            }
+            None => None,
+        };
+        let seg = self.inner.create_segment_from(start, spare)?;
         self.inner.segs_mut().push(seg.clone());
+        self.inner.want_spare(w, start);
         Ok(seg)
     }
 
@@ -720,7 +771,10 @@ impl CommitLog {
             return Ok(());
         }
         let end = {
-            let _w = lock(&self.inner.writer);
+            let mut w = lock(&self.inner.writer);
+            if let Some((_, slot)) = w.spare.take() {
+                prefault::abandon_spare(&slot);
+            }
             self.inner.written.load(Ordering::Acquire)
         };
         flush::flush_once(&*self.inner)?;

@@ -23,7 +23,7 @@ use super::Segment;
 use crate::checkpoint::Checkpoint;
 use crate::config::StoreConfig;
 use crate::error::{IoContext, Result, StoreError};
-use crate::layout::ABORT_FILE;
+use crate::layout::{ABORT_FILE, SPARE_SEGMENT_SUFFIX};
 use crate::mapped_file::{MapOptions, MappedFile, offset_name, parse_offset_name, sync_dir};
 use crate::record::{self, Decoded};
 
@@ -43,9 +43,9 @@ fn open_segments(dir: &Path, cfg: &StoreConfig, map: MapOptions) -> Result<Vec<A
         let entry = entry.at(dir)?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name.ends_with(".truncating") {
-            // A truncate that copied a segment died before its rename; the
-            // original is intact.
+        if name.ends_with(".truncating") || name.ends_with(SPARE_SEGMENT_SUFFIX) {
+            // A truncate that copied a segment died before its rename (the
+            // original is intact), or a segment made ahead was never used.
             fs::remove_file(entry.path()).at(&entry.path())?;
             continue;
         }

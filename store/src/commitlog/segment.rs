@@ -14,3 +14,9 @@ impl Segment {
         self.start + self.file.len()
     }
 }
+
+impl crate::prefault::Mapped for Segment {
+    fn mapped(&self) -> &MappedFile {
+        &self.file
+    }
+}

@@ -105,6 +105,7 @@ use crate::le::{u32_at, u64_at};
 use crate::locks::{lock, read_lock, write_lock};
 use crate::mapped_file::{MapOptions, MappedFile, parse_offset_name, sync_dir};
 use crate::packed::{self, BLOCK_SIZE, Fit, UNITS_PER_BLOCK};
+use crate::prefault::{self, Mapped};
 
 /// The current layout version.
 pub const INDEX_VERSION: u8 = 1;
@@ -243,6 +244,12 @@ struct IndexFile {
     capacity: u64,
     /// The header as last written; guards the bytes of the file.
     head: RwLock<Header>,
+}
+
+impl Mapped for IndexFile {
+    fn mapped(&self) -> &MappedFile {
+        &self.mf
+    }
 }
 
 impl IndexFile {
@@ -734,6 +741,11 @@ impl KeyIndex {
             old => self.roll(old.as_deref(), phys, timestamp_ms)?,
         };
         file.append(key_hash(key), phys, timestamp_ms)?;
+        prefault::wrote_to(
+            &file,
+            file.used_len(u64::from(file.header().entry_count)),
+            prefault::INDEX_WINDOW,
+        );
         *last = Some(phys);
         Ok(())
     }
@@ -757,6 +769,8 @@ impl KeyIndex {
         }
         let path = self.dir.join(format!("{phys:020}"));
         let file = Arc::new(IndexFile::create(&path, self.slots, self.entries, self.map, phys, ts)?);
+        // The slot table is written at random: fault it in whole, ahead.
+        prefault::populate(&file, SLOTS_POS, file.entries_pos);
         write_lock(&self.files).push(Arc::clone(&file));
         sync_dir(&self.dir)?;
         Ok(file)
