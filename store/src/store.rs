@@ -166,7 +166,7 @@ impl Store {
         });
         let weak = Arc::downgrade(&inner);
         let stop = inner.stop.clone();
-        let interval = cfg.flush_interval();
+        let interval = cfg.index_flush_interval();
         let handle = std::thread::Builder::new()
             .name("raftmq-index-flush".into())
             .spawn(move || index_flusher(weak, stop, interval))
