@@ -18,7 +18,8 @@
 # a noisy neighbour hurts both alike. Beside msgs/s and latency, each row
 # gives the CPU the three broker processes spent per acknowledged message
 # (user + system, from /proc/<pid>/stat), which noise on a shared machine
-# moves far less than throughput. The last lines are new / base.
+# moves far less than throughput, and the largest heap (RssAnon) of the
+# three after the row. The last lines are new / base.
 # The load generator is NEW_BIN's `bench produce` for both, so only the
 # brokers differ. Ports: base 35000.
 set -euo pipefail
@@ -62,10 +63,16 @@ row() {
   before=$(cpu_ticks)
   report=$("$new_bin" bench produce --endpoint "$endpoints" --duration "${duration}s" --size 1024 --json "$@")
   after=$(cpu_ticks)
-  python3 - "$system" "$name" "$report" "$((after - before))" "$ticks" >>"$results" <<'PY'
+  local heap=0 pid kib
+  for pid in $pids; do
+    kib=$(awk '$1 == "RssAnon:" { print $2 }' "/proc/$pid/status")
+    [ "$kib" -gt "$heap" ] && heap=$kib
+  done
+  python3 - "$system" "$name" "$report" "$((after - before))" "$ticks" "$heap" >>"$results" <<'PY'
 import json, sys
-system, name, report, used, ticks = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+system, name, report, used, ticks, heap = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 report["cpu_us_per_msg"] = used / ticks * 1e6 / max(report["ok"], 1)
+report["heap_mib"] = heap / 1024
 print(system, name, json.dumps(report))
 PY
 }
@@ -94,12 +101,13 @@ from bench_table import cell, first_errors, header, line, load, median
 
 rows = load(sys.argv[1])
 width = max(len(r) for r in rows)
-print(header(width) + "   broker CPU us/msg")
+print(header(width) + "   broker CPU us/msg   heap MiB")
 for row, systems in rows.items():
     for system in ["base", "new"]:
         if system in systems:
             reports = systems[system]
-            print(line(row, system, reports, width) + "   " + cell([r["cpu_us_per_msg"] for r in reports], "{:.1f}"))
+            print(line(row, system, reports, width) + "   " + cell([r["cpu_us_per_msg"] for r in reports], "{:.1f}")
+                  + "   " + cell([r["heap_mib"] for r in reports], "{:.0f}"))
 for row, systems in rows.items():
     b, n = systems.get("base"), systems.get("new")
     if b and n:
