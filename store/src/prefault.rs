@@ -1,19 +1,23 @@
-//! Pages made ready ahead of the writer, off the write path.
+//! Files and pages made ready ahead of their writers, off the write path.
 //!
-//! The first write to a page of a freshly preallocated file costs a page
-//! fault in which the kernel allocates and zeroes a page-cache page; at
-//! broker rates that was a fifth of a leader's CPU, all of it on the append
-//! path. One process-wide thread (`raftmq-prefault`) takes that cost
-//! instead, as RocketMQ's AllocateMappedFileService and warm-up do:
+//! The first store to a page of a freshly preallocated mapped file costs a
+//! page fault in which the kernel allocates and zeroes a page-cache page;
+//! creating and preallocating a 1 GiB segment costs milliseconds. At broker
+//! rates both were on the append path, under the writer lock. One
+//! process-wide thread (`raftmq-prefault`) takes them instead, as RocketMQ's
+//! AllocateMappedFileService and warm-up do:
 //!
-//! - a writer reports how far it has written into a file
-//!   ([`wrote_to`]); once it comes within half a window ([`WINDOW`] for
-//!   CommitLog segments, [`INDEX_WINDOW`] for index files) of what was
-//!   faulted in, the thread faults in the next stretch, so the pages
-//!   `[written, written + window)` are normally resident and writable
-//!   before the writer gets there;
-//! - [`create_ahead`] creates a whole file (the CommitLog's next segment)
-//!   in the background and faults in its first window.
+//! - [`create_ahead`] creates the CommitLog's next segment in the
+//!   background, so a roll is a rename. Its pages are not faulted in: the
+//!   CommitLog writes through the file (`MappedFile::write_through`), which
+//!   fills page-cache pages without zeroing them first, so zero pages made
+//!   ahead would be work thrown away;
+//! - the index files (ConsumeQueues, key index), written through their
+//!   maps a few dozen bytes a message, report how far they have written
+//!   ([`wrote_to`]); once a writer comes within half a [`WINDOW`] of what
+//!   was faulted in, the thread faults in the next stretch, so the pages
+//!   `[written, written + WINDOW)` are normally resident and writable
+//!   before the writer gets there.
 //!
 //! Faulting in uses `madvise(MADV_POPULATE_WRITE)` (Linux 5.14 on): it maps
 //! the pages writable without touching their bytes, so it is safe beside a
@@ -23,9 +27,9 @@
 //! hand would race the writer, so it is not used on live files.
 //!
 //! Nothing here is needed for correctness: a request that does not fit the
-//! queue ([`QUEUE`]) is dropped, and the writer then faults the pages in
-//! itself. Jobs hold their file weakly, so a file deleted meanwhile is not
-//! kept alive (or faulted in) for them.
+//! queue ([`QUEUE`]) is dropped, and the writer then creates its file or
+//! faults its pages in itself. Jobs hold their file weakly, so a file
+//! deleted meanwhile is not kept alive (or faulted in) for them.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,15 +39,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use crate::locks::lock;
 use crate::mapped_file::{MapOptions, MappedFile};
 
-/// How far ahead of its writer a CommitLog segment is kept faulted in. At
-/// 300 MB/s of appends, 32 MiB is about 100 ms of lead; it bounds the zero
-/// pages a segment holds dirty in the page cache before data reaches them.
-pub(crate) const WINDOW: u64 = 32 << 20;
-/// The window of an index file (a ConsumeQueue, a key index's entries):
-/// one of these is written per queue, a few dozen bytes a message, so a
-/// small lead suffices and a broker with thousands of queues does not hold
-/// gigabytes of zero pages for them.
-pub(crate) const INDEX_WINDOW: u64 = 256 << 10;
+/// How far ahead of its writer an index file is kept faulted in. One is
+/// written per queue, a few dozen bytes a message, so a small lead
+/// suffices, and a broker with thousands of queues does not hold gigabytes
+/// of zero pages for them.
+pub(crate) const WINDOW: u64 = 256 << 10;
 /// Most requests waiting for the thread. Requests come at most once per
 /// half window per file, so this is only reached when the thread is starved;
 /// then dropping requests (the writer faults its own pages) is right.
@@ -94,19 +94,19 @@ enum Job {
     },
 }
 
-/// The writer of `owner`'s file has written up to `pos`: keep the `window`
-/// bytes ahead of it faulted in. Cheap when there is nothing to do (one
-/// atomic load); must be called by the file's single writer.
-pub(crate) fn wrote_to<M: Mapped>(owner: &Arc<M>, pos: u64, window: u64) {
+/// The writer of `owner`'s file has written up to `pos`: keep the
+/// [`WINDOW`] ahead of it faulted in. Cheap when there is nothing to do
+/// (one atomic load); must be called by the file's single writer.
+pub(crate) fn wrote_to<M: Mapped>(owner: &Arc<M>, pos: u64) {
     let file = owner.mapped();
     let len = file.len();
     let ahead = &file.faulted_to();
     let faulted = ahead.load(Ordering::Relaxed);
-    if faulted >= len || pos.saturating_add(window / 2) <= faulted {
+    if faulted >= len || pos.saturating_add(WINDOW / 2) <= faulted {
         return;
     }
     let from = faulted.max(pos);
-    let to = pos.saturating_add(window).min(len);
+    let to = pos.saturating_add(WINDOW).min(len);
     ahead.store(to, Ordering::Relaxed);
     let weak: Weak<M> = Arc::downgrade(owner);
     submit(Job::Populate { file: weak, from, to });
@@ -119,8 +119,8 @@ pub(crate) fn populate<M: Mapped>(owner: &Arc<M>, from: u64, to: u64) {
     submit(Job::Populate { file: weak, from, to });
 }
 
-/// Creates `path` (`len` bytes, preallocated, mapped, its first window
-/// faulted in) in the background; the result lands in the returned slot.
+/// Creates `path` (`len` bytes, preallocated, mapped) in the background;
+/// the result lands in the returned slot.
 pub(crate) fn create_ahead(path: PathBuf, len: u64, opts: MapOptions) -> SpareSlot {
     let slot = Arc::new(Mutex::new(Spare::Pending));
     submit(Job::Create {
@@ -209,11 +209,7 @@ fn run(rx: Receiver<Job>) {
                 if matches!(*lock(&slot), Spare::Abandoned) {
                     continue;
                 }
-                let created = MappedFile::create(&path, len, opts).inspect(|f| {
-                    let to = WINDOW.min(len);
-                    fault_in(f, 0, to);
-                    f.faulted_to().store(to, Ordering::Relaxed);
-                });
+                let created = MappedFile::create(&path, len, opts);
                 let mut s = lock(&slot);
                 match (created, &*s) {
                     (Ok(f), Spare::Abandoned) => {
@@ -282,18 +278,15 @@ mod tests {
     }
 
     #[test]
-    fn a_spare_is_created_with_its_first_window_resident() {
+    fn a_spare_is_created_in_the_background_and_taken_once() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("spare");
-        let slot = create_ahead(path.clone(), 2 * WINDOW, MapOptions::default());
+        let slot = create_ahead(path.clone(), 1 << 20, MapOptions::default());
         wait_spare(&slot);
         let f = take_spare(&slot).expect("spare ready");
         assert!(path.exists());
-        let pages = resident_pages(&f);
-        assert!(
-            pages as u64 >= WINDOW / PAGE,
-            "the first window is resident: {pages} pages"
-        );
+        assert_eq!(f.len(), 1 << 20);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
         assert!(take_spare(&slot).is_none(), "a spare is taken once");
     }
 
@@ -310,9 +303,11 @@ mod tests {
     #[test]
     fn writing_keeps_the_window_ahead_resident() {
         let dir = tempfile::tempdir().unwrap();
-        let f = Arc::new(MappedFile::create(&dir.path().join("f"), 4 * WINDOW, MapOptions::default()).unwrap());
+        // Large beside the window: the kernel may read around what was
+        // faulted in (up to a few MiB with large folios).
+        let f = Arc::new(MappedFile::create(&dir.path().join("f"), 256 * WINDOW, MapOptions::default()).unwrap());
         assert_eq!(resident_pages(&f), 0);
-        wrote_to(&f, 0, WINDOW);
+        wrote_to(&f, 0);
         // The request is asynchronous: wait for the thread to get to it.
         for _ in 0..1000 {
             if resident_pages(&f) as u64 >= WINDOW / PAGE {
@@ -322,7 +317,7 @@ mod tests {
         }
         assert!(resident_pages(&f) as u64 >= WINDOW / PAGE);
         assert!(
-            (resident_pages(&f) as u64) < 2 * WINDOW / PAGE,
+            (resident_pages(&f) as u64) < 64 * WINDOW / PAGE,
             "only the window is faulted in, not the whole file"
         );
         // Content is untouched.

@@ -389,30 +389,42 @@ impl CommitLog {
             }
         }
 
+        // The records go in through the file, a run of adjacent ones per
+        // call (see `MappedFile::write_through` for why not the map).
+        // SAFETY (every write below): at or above the published end, which
+        // no reader looks at; we are the only writer.
+        let headers: Vec<[u8; HEADER_LEN]> = records
+            .iter()
+            .map(|r| record::encode_header(&r.meta, r.payload))
+            .collect();
+        let mut run: Vec<&[u8]> = Vec::with_capacity(2 * records.len());
+        let mut run_at = start - seg.start;
         let mut prev_end = start;
-        for (r, &off) in records.iter().zip(&offsets) {
+        for ((r, &off), header) in records.iter().zip(&offsets).zip(&headers) {
             if off >= seg.end() {
-                // SAFETY: at or above the published end, which no reader
-                // looks at; we are the only writer.
                 unsafe {
-                    seg.file
-                        .write(prev_end - seg.start, &record::encode_eos((seg.end() - prev_end) as u32))?
-                };
+                    seg.file.write_through(run_at, &run)?;
+                    seg.file.write_through(
+                        prev_end - seg.start,
+                        &[&record::encode_eos((seg.end() - prev_end) as u32)],
+                    )?;
+                }
+                run.clear();
                 seg = inner
                     .segment_for(off)
                     .ok_or_else(|| StoreError::BadArgument(format!("no segment for offset {off}")))?;
+                run_at = off - seg.start;
             }
-            let header = record::encode_header(&r.meta, r.payload);
-            let in_seg = off - seg.start;
-            // SAFETY: as above: unpublished tail, single writer.
-            unsafe {
-                seg.file.write(in_seg, &header)?;
-                seg.file.write(in_seg + HEADER_LEN as u64, r.payload)?;
-            }
+            debug_assert_eq!(
+                run_at + run.iter().map(|b| b.len() as u64).sum::<u64>(),
+                off - seg.start
+            );
+            run.push(header);
+            run.push(r.payload);
             prev_end = off + header.len() as u64 + r.payload.len() as u64;
         }
+        unsafe { seg.file.write_through(run_at, &run)? };
         inner.written.store(end, Ordering::Release);
-        prefault::wrote_to(&seg, prev_end - seg.start, prefault::WINDOW);
         // Asked for at the first append rather than at open, so a store
         // opened only to be read (`raftmq store verify`) makes no spare.
         if w.spare.is_none() {

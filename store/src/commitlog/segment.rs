@@ -14,9 +14,3 @@ impl Segment {
         self.start + self.file.len()
     }
 }
-
-impl crate::prefault::Mapped for Segment {
-    fn mapped(&self) -> &MappedFile {
-        &self.file
-    }
-}

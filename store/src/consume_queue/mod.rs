@@ -506,7 +506,7 @@ impl ConsumeQueue {
             reseal(&file, idx)?;
         }
         self.max.store(q + 1, Ordering::Release);
-        crate::prefault::wrote_to(&file, packed::unit_pos(idx), crate::prefault::INDEX_WINDOW);
+        crate::prefault::wrote_to(&file, packed::unit_pos(idx));
         w.last_phys = Some(unit.phys);
         Ok(q)
     }

@@ -741,11 +741,7 @@ impl KeyIndex {
             old => self.roll(old.as_deref(), phys, timestamp_ms)?,
         };
         file.append(key_hash(key), phys, timestamp_ms)?;
-        prefault::wrote_to(
-            &file,
-            file.used_len(u64::from(file.header().entry_count)),
-            prefault::INDEX_WINDOW,
-        );
+        prefault::wrote_to(&file, file.used_len(u64::from(file.header().entry_count)));
         *last = Some(phys);
         Ok(())
     }
