@@ -13,6 +13,10 @@
 #   c=16 batch   raftmq alone: 100 messages per SendMessage, 16 senders
 #   c=64 no-op   the ceiling: `raftmq bench ping` (a no-op call with a
 #                1 KiB body on the same port), and c=64 sends' share of it
+# Beside each row, the servers' CPU per acknowledged message (user + system
+# from /proc/<pid>/stat, all three nodes together, and the busiest one, the
+# leader, alone): a figure noise on a shared machine moves far less than
+# msgs/s, and the one the speed goals come down to on two shared cores.
 # Then each raftmq node's resident memory, heap (RssAnon) apart from mapped
 # files (RssFile, page cache of the segments), after the c=64 rows and again
 # after every async row (well over a million messages): the heap must not
@@ -58,6 +62,26 @@ publisher=target/nats-publisher/release/nats-publisher
 
 results=$(mktemp)
 memlog=$(mktemp)
+ticks=$(getconf CLK_TCK)
+# Each pid's CPU time so far in clock ticks (utime + stime), space-separated.
+cpu_ticks() {
+  local pid
+  for pid in "$@"; do awk '{ printf "%d ", $14 + $15 }' "/proc/$pid/stat"; done
+}
+# One results line: SYSTEM ROW REPORT with the CPU the servers spent per
+# acknowledged message added (BEFORE and AFTER are cpu_ticks outputs).
+record() {
+  python3 - "$1" "$2" "$3" "$4" "$5" "$ticks" >>"$results" <<'PY'
+import json, sys
+system, row, report, before, after, ticks = sys.argv[1:7]
+report = json.loads(report)
+used = [int(a) - int(b) for a, b in zip(after.split(), before.split())]
+per = 1e6 / int(ticks) / max(report["ok"], 1)
+report["cpu_us_per_msg"] = sum(used) * per
+report["busiest_us_per_msg"] = max(used) * per
+print(system, row, json.dumps(report))
+PY
+}
 cleanup_pids=()
 cleanup() {
   for p in "${cleanup_pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -104,8 +128,9 @@ nats_servers="nats://127.0.0.1:34222,nats://127.0.0.1:34223,nats://127.0.0.1:342
 run_nats() {
   local row=$1 c=$2
   for _ in $(seq 1 "$runs"); do
+    before=$(cpu_ticks "${nats_pids[@]}")
     r=$("$publisher" "$nats_servers" "$c" "$duration" 1024)
-    echo "nats $row $r" >>"$results"
+    record nats "$row" "$r" "$before" "$(cpu_ticks "${nats_pids[@]}")"
   done
 }
 
@@ -127,8 +152,9 @@ run_raftmq() {
   local row=$1 c=$2
   shift 2
   for _ in $(seq 1 "$runs"); do
+    before=$(cpu_ticks $pids)
     r=$("$bin" bench produce --endpoint "$endpoints" --concurrency "$c" --duration "${duration}s" --size 1024 --json "$@")
-    echo "raftmq $row $r" >>"$results"
+    record raftmq "$row" "$r" "$before" "$(cpu_ticks $pids)"
   done
 }
 # One line into $memlog: a label, the messages acked so far in this
@@ -137,7 +163,7 @@ sample_mem() {
   local acked pid
   acked=$(python3 -c "import json,sys;print(sum(json.loads(l.split(' ',2)[2])['ok'] for l in open(sys.argv[1]) if l.startswith('raftmq ')))" "$results")
   local line="$1 $acked"
-  for pid in $(python3 -c "import json,sys;print(' '.join(str(n['pid']) for n in json.load(open(sys.argv[1]))['nodes']))" "$dir/dev.json"); do
+  for pid in $pids; do
     line="$line $(awk '$1 == "RssAnon:" { a = $2 } $1 == "RssFile:" { f = $2 } END { printf "%d/%d", a / 1024, f / 1024 }' "/proc/$pid/status")"
   done
   echo "$line" >>"$memlog"
@@ -149,6 +175,7 @@ for flush in async sync; do
   cleanup_pids+=($dev)
   for _ in $(seq 1 600); do [ -f "$dir/dev.json" ] && break; sleep 0.1; done
   [ -f "$dir/dev.json" ] || { echo "raftmq dev did not start: $(tail -3 "$dir/dev.err")" >&2; exit 1; }
+  pids=$(python3 -c "import json,sys;print(' '.join(str(n['pid']) for n in json.load(open(sys.argv[1]))['nodes']))" "$dir/dev.json")
   sleep 2
   if [ "$flush" = async ]; then
     run_raftmq "c=64-async" 64
@@ -156,8 +183,9 @@ for flush in async sync; do
     run_raftmq "c=1-async" 1
     run_raftmq "c=16-batch100" 16 --batch 100
     for _ in $(seq 1 "$runs"); do
+      before=$(cpu_ticks $pids)
       r=$("$bin" bench ping --endpoint "$endpoints" --concurrency 64 --duration "${duration}s" --size 1024 --json)
-      echo "no-op c=64-no-op $r" >>"$results"
+      record no-op c=64-no-op "$r" "$before" "$(cpu_ticks $pids)"
     done
     sample_mem "after-all-async"
   else
@@ -170,21 +198,24 @@ done
 
 PYTHONPATH=benches python3 - "$results" "$memlog" <<'PY'
 import sys
-from bench_table import first_errors, header, line, load, median
+from bench_table import cell, first_errors, header, line, load, median
 
 rows = load(sys.argv[1])
-print(header(11))
+print(header(11) + "   server CPU us/msg: all nodes / leader")
+def cpu(rs):
+    return cell([r["cpu_us_per_msg"] for r in rs], "{:.1f}") + " / " + cell([r["busiest_us_per_msg"] for r in rs], "{:.1f}")
 for row in ["c=64-async", "c=1-async", "c=64-sync", "c=16-batch100", "c=64-no-op"]:
     for system in ["nats", "raftmq", "no-op"]:
         rs = rows.get(row, {}).get(system, [])
         if not rs:
             continue
-        print(line(row, system, rs, 11))
+        print(line(row, system, rs, 11) + "   " + cpu(rs))
     n, m = rows.get(row, {}).get("nats"), rows.get(row, {}).get("raftmq")
     if n and m:
         print(f"{'':<11} {'ratio':<7} msgs/s x{median(m, 'msgs_per_s') / median(n, 'msgs_per_s'):.2f}   "
               f"p50 x{median(n, 'p50_ms') / max(median(m, 'p50_ms'), 1e-9):.2f}   "
-              f"p99 x{median(n, 'p99_ms') / max(median(m, 'p99_ms'), 1e-9):.2f}  (raftmq vs NATS; above 1: raftmq better)")
+              f"p99 x{median(n, 'p99_ms') / max(median(m, 'p99_ms'), 1e-9):.2f}   "
+              f"CPU/msg x{median(n, 'cpu_us_per_msg') / max(median(m, 'cpu_us_per_msg'), 1e-9):.2f}  (raftmq vs NATS; above 1: raftmq better)")
 sends, noop = rows.get("c=64-async", {}).get("raftmq"), rows.get("c=64-no-op", {}).get("no-op")
 if sends and noop:
     print(f"raftmq c=64 sends / no-op calls at c=64: {median(sends, 'msgs_per_s') / median(noop, 'msgs_per_s'):.2f}")

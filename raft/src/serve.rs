@@ -44,6 +44,19 @@ pub const MAX_HEADER_LIST_SIZE: u32 = 64 << 10;
 pub const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
+/// HTTP/2 flow-control windows a raftmq server grants its peers (hyper's
+/// defaults are 1 MiB each): one Raft entry may be 4 MiB, and a producer
+/// runs many batch sends of ~100 KiB at once on one connection, so with
+/// 1 MiB the sender stalls mid-request until the receiver's WINDOW_UPDATE.
+/// Memory is not bounded by these (unary bodies are read as they arrive;
+/// the bound is `max_streams` and the decode limits), only how far ahead a
+/// peer may send.
+pub const STREAM_WINDOW: u32 = 4 << 20;
+pub const CONNECTION_WINDOW: u32 = 8 << 20;
+/// Largest HTTP/2 frame a peer may send (h2's default is 16 KiB): a 1 MiB
+/// entry then takes 4 frames, not 64.
+pub const MAX_FRAME_SIZE: u32 = 256 << 10;
+
 /// The tower layers of every raftmq server, as [`builder`] stacks them.
 pub type Layers = tower_layer::Stack<CountCallsLayer<PeerInfo>, tower_layer::Identity>;
 
@@ -58,6 +71,9 @@ pub fn builder(max_streams: u32, keepalive: Keepalive) -> tonic::transport::Serv
         .http2_keepalive_interval(Some(keepalive.interval))
         .http2_keepalive_timeout(Some(keepalive.timeout))
         .http2_max_header_list_size(Some(MAX_HEADER_LIST_SIZE))
+        .initial_stream_window_size(Some(STREAM_WINDOW))
+        .initial_connection_window_size(Some(CONNECTION_WINDOW))
+        .max_frame_size(Some(MAX_FRAME_SIZE))
         .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESETS))
         .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
         .tcp_keepalive(Some(keepalive.interval))
