@@ -32,7 +32,6 @@ duration=${DURATION:-10}
 results=$(mktemp)
 port=35000
 endpoints="127.0.0.1:$((port + 8081));127.0.0.1:$((port + 8082));127.0.0.1:$((port + 8083))"
-ticks=$(getconf CLK_TCK)
 
 dev=
 dir=
@@ -47,34 +46,14 @@ stop_dev() {
 }
 trap 'stop_dev; rm -f "$results"' EXIT
 
-# The brokers' CPU time so far, in clock ticks (utime + stime).
-cpu_ticks() {
-  local sum=0 pid
-  for pid in $pids; do
-    sum=$((sum + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
-  done
-  echo "$sum"
-}
-
 row() {
   local system=$1 name=$2
   shift 2
-  local before after report
-  before=$(cpu_ticks)
+  local before report
+  before=$(python3 benches/bench_table.py ticks $pids)
   report=$("$new_bin" bench produce --endpoint "$endpoints" --duration "${duration}s" --size 1024 --json "$@")
-  after=$(cpu_ticks)
-  local heap=0 pid kib
-  for pid in $pids; do
-    kib=$(awk '$1 == "RssAnon:" { print $2 }' "/proc/$pid/status")
-    [ "$kib" -gt "$heap" ] && heap=$kib
-  done
-  python3 - "$system" "$name" "$report" "$((after - before))" "$ticks" "$heap" >>"$results" <<'PY'
-import json, sys
-system, name, report, used, ticks, heap = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-report["cpu_us_per_msg"] = used / ticks * 1e6 / max(report["ok"], 1)
-report["heap_mib"] = heap / 1024
-print(system, name, json.dumps(report))
-PY
+  # The brokers' CPU per message and their largest heap (bench_table.py).
+  python3 benches/bench_table.py record "$system" "$name" "$report" "$before" $pids >>"$results"
 }
 
 for r in $(seq 1 "$runs"); do

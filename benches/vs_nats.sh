@@ -62,26 +62,10 @@ publisher=target/nats-publisher/release/nats-publisher
 
 results=$(mktemp)
 memlog=$(mktemp)
-ticks=$(getconf CLK_TCK)
-# Each pid's CPU time so far in clock ticks (utime + stime), space-separated.
-cpu_ticks() {
-  local pid
-  for pid in "$@"; do awk '{ printf "%d ", $14 + $15 }' "/proc/$pid/stat"; done
-}
-# One results line: SYSTEM ROW REPORT with the CPU the servers spent per
-# acknowledged message added (BEFORE and AFTER are cpu_ticks outputs).
-record() {
-  python3 - "$1" "$2" "$3" "$4" "$5" "$ticks" >>"$results" <<'PY'
-import json, sys
-system, row, report, before, after, ticks = sys.argv[1:7]
-report = json.loads(report)
-used = [int(a) - int(b) for a, b in zip(after.split(), before.split())]
-per = 1e6 / int(ticks) / max(report["ok"], 1)
-report["cpu_us_per_msg"] = sum(used) * per
-report["busiest_us_per_msg"] = max(used) * per
-print(system, row, json.dumps(report))
-PY
-}
+# The servers' CPU so far, and a results line with their CPU per message
+# since BEFORE added (bench_table.py).
+cpu_ticks() { python3 benches/bench_table.py ticks "$@"; }
+record() { python3 benches/bench_table.py record "$@" >>"$results"; }
 cleanup_pids=()
 cleanup() {
   for p in "${cleanup_pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -130,7 +114,7 @@ run_nats() {
   for _ in $(seq 1 "$runs"); do
     before=$(cpu_ticks "${nats_pids[@]}")
     r=$("$publisher" "$nats_servers" "$c" "$duration" 1024)
-    record nats "$row" "$r" "$before" "$(cpu_ticks "${nats_pids[@]}")"
+    record nats "$row" "$r" "$before" "${nats_pids[@]}"
   done
 }
 
@@ -154,7 +138,7 @@ run_raftmq() {
   for _ in $(seq 1 "$runs"); do
     before=$(cpu_ticks $pids)
     r=$("$bin" bench produce --endpoint "$endpoints" --concurrency "$c" --duration "${duration}s" --size 1024 --json "$@")
-    record raftmq "$row" "$r" "$before" "$(cpu_ticks $pids)"
+    record raftmq "$row" "$r" "$before" $pids
   done
 }
 # One line into $memlog: a label, the messages acked so far in this
@@ -185,7 +169,7 @@ for flush in async sync; do
     for _ in $(seq 1 "$runs"); do
       before=$(cpu_ticks $pids)
       r=$("$bin" bench ping --endpoint "$endpoints" --concurrency 64 --duration "${duration}s" --size 1024 --json)
-      record no-op c=64-no-op "$r" "$before" "$(cpu_ticks $pids)"
+      record no-op c=64-no-op "$r" "$before" $pids
     done
     sample_mem "after-all-async"
   else

@@ -48,9 +48,10 @@ pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// defaults are 1 MiB each): one Raft entry may be 4 MiB, and a producer
 /// runs many batch sends of ~100 KiB at once on one connection, so with
 /// 1 MiB the sender stalls mid-request until the receiver's WINDOW_UPDATE.
-/// Memory is not bounded by these (unary bodies are read as they arrive;
-/// the bound is `max_streams` and the decode limits), only how far ahead a
-/// peer may send.
+/// They are how much a peer may have sent and this server not yet read:
+/// unary bodies are read as they arrive (bounded by the decode limits and
+/// `max_streams` anyway), and a stream a handler reads slowly holds at most
+/// its window.
 pub const STREAM_WINDOW: u32 = 4 << 20;
 pub const CONNECTION_WINDOW: u32 = 8 << 20;
 /// Largest HTTP/2 frame a peer may send (h2's default is 16 KiB): a 1 MiB
