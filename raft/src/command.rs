@@ -208,6 +208,9 @@ pub enum AdminCommand {
     },
     /// A change to users or access policies ([`crate::acl`]).
     Acl(crate::acl::AclCommand),
+    /// How long and how many message ids the deduplication window keeps
+    /// ([`crate::dedup`]).
+    SetDedup(crate::dedup::DedupConfig),
 }
 
 /// What applying a command produced, returned to the proposer.
@@ -231,12 +234,37 @@ pub enum Response {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BatchOutcome {
-    /// The batch's messages got queue offsets `first..first + count`.
+    /// The batch's messages stored anew got queue offsets `first..first +
+    /// count`, in order; `duplicates` (in batch order) were stored before
+    /// and are not stored again ([`crate::dedup`]).
     Appended {
         first_queue_offset: u64,
         count: u32,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        duplicates: Vec<Duplicate>,
     },
     Rejected(String),
+}
+
+/// A message of a send whose (topic, message id) the deduplication window
+/// held: where its first copy is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Duplicate {
+    /// Its position in the batch.
+    pub index: u32,
+    pub queue_id: u32,
+    pub queue_offset: u64,
+}
+
+/// Where each message of an appended batch sent to `queue_id` is: the
+/// `k`th message's (queue id, queue offset). `duplicates` must be in batch
+/// order, as [`BatchOutcome::Appended`] holds them.
+pub fn position(first_queue_offset: u64, queue_id: u32, duplicates: &[Duplicate], k: u32) -> (u32, u64) {
+    let before = duplicates.partition_point(|d| d.index < k);
+    match duplicates.get(before) {
+        Some(d) if d.index == k => (d.queue_id, d.queue_offset),
+        _ => (queue_id, first_queue_offset + u64::from(k) - before as u64),
+    }
 }
 
 /// Why a payload is not a valid command.

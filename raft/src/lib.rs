@@ -9,6 +9,7 @@
 //! | [`message`]       | the stored layout of one message                                   |
 //! | [`command`]       | state-machine commands (a Raft entry's data) and their responses    |
 //! | [`consumption`]   | pop-style consumption state: in-flight deliveries, acks, redelivery |
+//! | [`dedup`]         | the deduplication window: message ids stored recently, so a retried send is stored once |
 //! | [`held`]          | timed and half messages held until due or resolved (state only)     |
 //! | [`secret`]        | the group's secret, which keys the MACs of the tokens clients hold  |
 //! | [`acl`]           | users and access policies (ACL 2.0), replicated; the allow/deny decision |
@@ -44,6 +45,7 @@ pub mod acl;
 pub mod catching_up;
 pub mod command;
 pub mod consumption;
+pub mod dedup;
 pub mod entry;
 pub mod error;
 pub mod held;

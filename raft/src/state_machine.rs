@@ -40,8 +40,9 @@ use raftmq_store::Dispatch;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::command::{AdminCommand, BatchOutcome, BatchView, Decoded, Response, TopicConfig};
+use crate::command::{AdminCommand, BatchOutcome, BatchView, Decoded, Duplicate, Response, TopicConfig};
 use crate::consumption::{self, Consumption, GroupConfig, InFlightCounts};
+use crate::dedup::{self, DedupConfig, DedupWindow, Original, UNKNOWN_OFFSET};
 use crate::error::io_err;
 use crate::held::{self, Held, HeldId};
 use crate::log_store::LogStore;
@@ -82,6 +83,10 @@ pub struct Metadata {
     /// Access policies by subject ([`crate::acl`]).
     #[serde(default)]
     pub acls: crate::acl::Acls,
+    /// What the deduplication window of producers' sends keeps
+    /// ([`crate::dedup`]).
+    #[serde(default)]
+    pub dedup: DedupConfig,
 }
 
 impl Metadata {
@@ -125,6 +130,9 @@ struct SnapshotContent {
     next_phys: u64,
     /// (topic, queue id, next queue offset) of every queue.
     queues: Vec<(String, u32, u64)>,
+    /// The message ids producers' sends stored recently ([`crate::dedup`]).
+    #[serde(default)]
+    sends: DedupWindow,
 }
 
 #[derive(Debug, Default)]
@@ -144,6 +152,8 @@ struct State {
     /// waits to be applied again: its queue units, keys or guard may be in
     /// already, so no snapshot may be taken until it is whole.
     half_applied: Option<u64>,
+    /// The message ids producers' sends stored recently ([`crate::dedup`]).
+    sends: DedupWindow,
 }
 
 impl State {
@@ -163,7 +173,10 @@ struct Inner {
     /// Held by snapshot builds (capture and write) and installs, which
     /// openraft may run at the same time: a build must not capture a
     /// half-installed store, nor overwrite a newer installed snapshot.
-    snapshots: std::sync::Mutex<()>,
+    /// Holds the last log id of the snapshot file, so that a build need
+    /// not read the file (tens of MB with a full deduplication window) to
+    /// learn it.
+    snapshots: std::sync::Mutex<Option<LogId>>,
 }
 
 /// The state machine of one node. Cloning gives another handle.
@@ -186,13 +199,16 @@ impl StateMachine {
     pub fn open(log: LogStore, raft_dir: &Path) -> io::Result<StateMachine> {
         let mut state = State::default();
         finish_interrupted_install(&log, raft_dir)?;
+        let mut snapshot = None;
         if let Some(content) = read_snapshot(raft_dir)? {
             if !indexes_cover(&log, raft_dir, &content)? {
                 return Self::open(log, raft_dir);
             }
+            snapshot = content.meta.last_log_id;
             state.last_applied = content.meta.last_log_id;
             state.membership = content.meta.last_membership;
             state.replace_metadata(content.metadata);
+            state.sends = content.sends;
         }
         let applied = state.last_applied.map_or(0, |l| l.index);
         Ok(StateMachine {
@@ -201,7 +217,7 @@ impl StateMachine {
                 dir: raft_dir.to_path_buf(),
                 state: RwLock::new(state),
                 applied: watch::channel(applied).0,
-                snapshots: std::sync::Mutex::new(()),
+                snapshots: std::sync::Mutex::new(snapshot),
             }),
         })
     }
@@ -237,6 +253,12 @@ impl StateMachine {
     /// Whether producers may send to the group ([`AdminCommand::SetWritable`]).
     pub fn writable(&self) -> bool {
         !read_state(&self.inner.state).metadata.writes_wiped
+    }
+
+    /// The deduplication window's configuration and how many ids it holds.
+    pub fn dedup(&self) -> (DedupConfig, usize) {
+        let st = read_state(&self.inner.state);
+        (st.metadata.dedup, st.sends.len())
     }
 
     pub fn topic(&self, name: &str) -> Option<TopicConfig> {
@@ -294,6 +316,9 @@ impl StateMachine {
                     {
                         store.queues().delete_topic(name).map_err(io_err)?;
                     }
+                    if let AdminCommand::DeleteTopic { name } = &a {
+                        st.sends.remove_topic(name);
+                    }
                     apply_admin(&mut st.metadata, &mut st.inflight, a, entry.log_id.index)
                 }
                 Ok(Decoded::Send(batches)) => {
@@ -303,8 +328,15 @@ impl StateMachine {
                             .unwrap_or_else(|| io::Error::other("entry not in the log")));
                     };
                     let mut out = Vec::with_capacity(batches.len());
+                    // Producers' sends, and only they, are deduplicated:
+                    // the broker's own sends (retries, dead letters,
+                    // released timers) carry the message ids of messages
+                    // already stored, on purpose.
+                    let sends = st.metadata.dedup.enabled().then_some(&mut st.sends);
+                    let mut sends = sends.map(|w| (w, st.metadata.dedup));
                     for b in &batches {
-                        out.push(apply_batch(&st.metadata, store, b, payload_phys, redo)?);
+                        let window = sends.as_mut().map(|(w, cfg)| (&mut **w, *cfg));
+                        out.push(apply_batch(&st.metadata, store, b, payload_phys, redo, window)?);
                     }
                     hold(&mut st.metadata.held, entry.log_id.index, &batches, &out);
                     Response::Sent(out)
@@ -334,7 +366,7 @@ impl StateMachine {
                     let mut out = Vec::with_capacity(batches.len());
                     for b in &batches {
                         out.push(if ok {
-                            apply_batch(&st.metadata, store, b, payload_phys, redo)?
+                            apply_batch(&st.metadata, store, b, payload_phys, redo, None)?
                         } else {
                             BatchOutcome::Rejected(
                                 refused
@@ -387,6 +419,7 @@ impl StateMachine {
                     .into_iter()
                     .map(|(t, q, cq)| (t, q, cq.max_offset()))
                     .collect(),
+                sends: st.sends.clone(),
             }
         };
         // The snapshot may only claim what the indexes have made durable;
@@ -399,7 +432,7 @@ impl StateMachine {
     }
 
     fn install(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        let _snapshots = self
+        let mut snapshot_file = self
             .inner
             .snapshots
             .lock()
@@ -458,7 +491,9 @@ impl StateMachine {
             st.last_applied = Some(last);
             st.membership = meta.last_membership.clone();
             st.replace_metadata(content.metadata);
+            st.sends = content.sends;
         }
+        *snapshot_file = Some(last);
         self.inner.applied.send_replace(last.index);
         tracing::info!(last = %last, next_phys = content.next_phys, kept_log = local_has_it, "installed snapshot");
         Ok(())
@@ -606,6 +641,12 @@ fn apply_admin(md: &mut Metadata, inflight: &mut InFlightCounts, a: AdminCommand
                 return Response::Rejected(e);
             }
         }
+        AdminCommand::SetDedup(cfg) => {
+            if let Some(why) = cfg.refusal() {
+                return Response::Rejected(why);
+            }
+            md.dedup = cfg;
+        }
         AdminCommand::Ack { group, topic, receipts } => {
             return Response::Acked(consumption::apply_ack(
                 &mut md.consumption,
@@ -718,26 +759,60 @@ fn apply_batch(
     b: &BatchView<'_>,
     payload_phys: u64,
     redo: bool,
+    mut window: Option<(&mut DedupWindow, DedupConfig)>,
 ) -> io::Result<BatchOutcome> {
     if let Some(why) = batch_refusal(md, b) {
         return Ok(BatchOutcome::Rejected(why));
     }
     let mut first = None;
-    if redo {
-        // Index keys are "topic#key"; one buffer serves every message.
-        let mut buf = String::new();
-        let mut ranges = Vec::new();
-        for (at, len, view) in &b.messages {
+    let mut count = 0u32;
+    let mut duplicates = Vec::new();
+    // Index keys are "topic#key"; one buffer serves every message.
+    let mut buf = String::new();
+    let mut ranges = Vec::new();
+    for (k, (at, len, view)) in b.messages.iter().enumerate() {
+        let phys = payload_phys + *at as u64;
+        let mut key = None;
+        if let Some((w, cfg)) = window.as_mut().filter(|_| !view.message_id.is_empty()) {
+            w.evict(cfg, view.store_timestamp_ms);
+            let id_key = dedup::Key::new(b.topic, view.message_id);
+            match w.find_key(&id_key) {
+                // The same message applied again (its first try ran out
+                // of disk space half-way): dispatching is idempotent.
+                Some(o) if o.phys == phys => {}
+                Some(o) => {
+                    let queue_offset = match o.queue_offset {
+                        UNKNOWN_OFFSET => store
+                            .queue(b.topic, o.queue_id)
+                            .map(|cq| cq.offset_of_phys(o.phys))
+                            .transpose()
+                            .map_err(io_err)?
+                            .flatten()
+                            .unwrap_or(UNKNOWN_OFFSET),
+                        known => known,
+                    };
+                    duplicates.push(Duplicate {
+                        index: k as u32,
+                        queue_id: o.queue_id,
+                        queue_offset,
+                    });
+                    continue;
+                }
+                None => key = Some(id_key),
+            }
+        }
+        count += 1;
+        let offset = if redo {
             buf.clear();
             ranges.clear();
-            for k in view
+            for key in view
                 .keys()
                 .chain((!view.message_id.is_empty()).then_some(view.message_id))
             {
                 let start = buf.len();
                 buf.push_str(b.topic);
                 buf.push('#');
-                buf.push_str(k);
+                buf.push_str(key);
                 ranges.push(start..buf.len());
             }
             let keys = ranges.iter().map(|r| &buf.as_bytes()[r.clone()]).collect();
@@ -745,7 +820,7 @@ fn apply_batch(
                 .dispatch(&Dispatch {
                     topic: b.topic,
                     queue_id: b.queue_id,
-                    phys: payload_phys + *at as u64,
+                    phys,
                     size: *len as u32,
                     tag_hash: tag_hash(view.tag),
                     store_timestamp_ms: view.store_timestamp_ms,
@@ -753,11 +828,33 @@ fn apply_batch(
                 })
                 .map_err(io_err)?;
             first.get_or_insert(offset);
+            Some(offset)
+        } else {
+            None
+        };
+        if let (Some((w, _)), Some(key)) = (window.as_mut(), key) {
+            // Applied again after a restart (below the dispatch checkpoint):
+            // the queue holds the message; a snapshot must carry its offset
+            // to nodes whose queues will not.
+            let queue_offset = match offset {
+                Some(o) => o,
+                None => store
+                    .queue(b.topic, b.queue_id)
+                    .and_then(|cq| cq.offset_of_phys(phys).ok().flatten())
+                    .unwrap_or(UNKNOWN_OFFSET),
+            };
+            let original = Original {
+                queue_id: b.queue_id,
+                queue_offset,
+                phys,
+            };
+            w.insert_key(key, dedup::topic_hash(b.topic), original, view.store_timestamp_ms);
         }
     }
     Ok(BatchOutcome::Appended {
         first_queue_offset: first.unwrap_or(0),
-        count: b.messages.len() as u32,
+        count,
+        duplicates,
     })
 }
 
@@ -832,26 +929,27 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let sm = self.sm.clone();
         tokio::task::spawn_blocking(move || {
-            let _snapshots = sm
+            let mut snapshot_file = sm
                 .inner
                 .snapshots
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let content = sm.snapshot_content()?;
-            let data = serde_json::to_vec(&content).map_err(io::Error::other)?;
             // An install may have replaced the state meanwhile: never put an
             // older snapshot over a newer one.
-            if let Some(current) = read_snapshot(&sm.inner.dir)?
-                && current.meta.last_log_id > content.meta.last_log_id
+            if *snapshot_file > content.meta.last_log_id
+                && let Some(current) = read_snapshot(&sm.inner.dir)?
             {
                 return Ok(Snapshot {
                     meta: current.meta.clone(),
                     snapshot: serde_json::to_vec(&current).map_err(io::Error::other)?,
                 });
             }
+            let data = serde_json::to_vec(&content).map_err(io::Error::other)?;
             crate::room::until_room_blocking("snapshot build", sm.inner.log.stopping(), || {
                 write_snapshot(&sm.inner.dir, &data)
             })?;
+            *snapshot_file = content.meta.last_log_id;
             tracing::info!(last = ?content.meta.last_log_id, bytes = data.len(), "built snapshot");
             if data.len() as u64 > MAX_SNAPSHOT_BYTES {
                 tracing::error!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use openraft::async_runtime::WatchReceiver;
-use raftmq_raft::command::{AdminCommand, BatchOutcome, Command, Response, SendBatch, TopicConfig};
+use raftmq_raft::command::{AdminCommand, BatchOutcome, Command, Duplicate, Response, SendBatch, TopicConfig};
 use raftmq_raft::message::MessageView;
 use raftmq_raft::{Message, NodeAddr, NodeConfig, RaftNode};
 use raftmq_store::StoreConfig;
@@ -157,6 +157,7 @@ async fn three_nodes_elect_replicate_and_assign_identical_offsets() {
         let BatchOutcome::Appended {
             first_queue_offset,
             count,
+            ..
         } = outcomes[0]
         else {
             panic!()
@@ -284,6 +285,15 @@ async fn a_node_added_after_the_log_was_purged_installs_a_snapshot_and_keeps_up(
         );
     }
     assert!(n4.sm.topic("T").is_some(), "metadata came with the snapshot");
+    // The deduplication window came with it: as leader, node 4 answers a
+    // retry of message 395 (queue 1, offset 197) with its first copy.
+    l.transfer_leader(4).await.unwrap();
+    n4.raft
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.current_leader == Some(4), "transfer")
+        .await
+        .unwrap();
+    assert_eq!(send_ids(&n4, 0, &[395], 1500).await, appended(0, 0, &[(0, 1, 197)]));
     n4.sm.with_metadata(|m| {
         assert_eq!(m.users.get("alice"), Some(&alice), "users came with the snapshot");
         assert_eq!(
@@ -553,6 +563,121 @@ async fn retention_deletes_expired_segments_through_a_raft_purge() {
     assert!(cq.min_offset() > 0, "queues start past the deleted segments");
     // The group keeps working.
     send(&l, 300..310).await;
+    for n in &nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+/// Sends `ids` as one batch to `queue_id` at store time `at_ms`; the
+/// outcome.
+async fn send_ids(l: &RaftNode, queue_id: u32, ids: &[u64], at_ms: u64) -> BatchOutcome {
+    let batch = SendBatch {
+        topic: "T".into(),
+        queue_id,
+        messages: ids.iter().map(|&i| message(i)).collect(),
+    };
+    let (_, resp) = l.write(Command::send(&[batch], at_ms).unwrap()).await.unwrap();
+    let Response::Sent(mut o) = resp else {
+        panic!("{resp:?}")
+    };
+    o.remove(0)
+}
+
+fn appended(first_queue_offset: u64, count: u32, duplicates: &[(u32, u32, u64)]) -> BatchOutcome {
+    BatchOutcome::Appended {
+        first_queue_offset,
+        count,
+        duplicates: duplicates
+            .iter()
+            .map(|&(index, queue_id, queue_offset)| Duplicate {
+                index,
+                queue_id,
+                queue_offset,
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_send_is_stored_once_across_leader_failover_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: BTreeMap<u64, NodeAddr> = (1..=3).map(|id| (id, new_addr())).collect();
+    let mut nodes = Vec::new();
+    for (&id, addr) in &addrs {
+        nodes.push(
+            RaftNode::start(node_config(dir.path(), id, addr, &addrs))
+                .await
+                .unwrap(),
+        );
+    }
+    let l = leader(&nodes).await;
+    put_topic(&l).await;
+    assert_eq!(send_ids(&l, 0, &[1, 2], 1000).await, appended(0, 2, &[]));
+    // A retry on another queue (as clients pick one) in a batch with a new
+    // message: the new one is stored, the retry answered with its first copy.
+    assert_eq!(send_ids(&l, 1, &[3, 1], 2000).await, appended(0, 1, &[(1, 0, 0)]));
+
+    // The leader goes (as if killed before it answered), after a snapshot;
+    // the next leader knows every id the old one stored.
+    let last = l.sm.last_applied().unwrap().index;
+    for n in &nodes {
+        wait_applied(n, last).await;
+    }
+    l.raft.trigger().snapshot().await.unwrap();
+    l.raft
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot")
+        .await
+        .unwrap();
+    l.shutdown().await.unwrap();
+    nodes.retain(|n| n.id != l.id);
+    let l2 = leader(&nodes).await;
+    assert_eq!(send_ids(&l2, 1, &[2], 3000).await, appended(0, 0, &[(0, 0, 1)]));
+    // Nothing else went into queue 1 than message 3.
+    assert_eq!(l2.store.queue("T", 1).unwrap().max_offset(), 1);
+    assert_eq!(send_ids(&l2, 0, &[4], 4000).await, appended(2, 1, &[]));
+
+    // The old leader starts again: its window comes from its snapshot and
+    // the entries after it, and it answers retries as leader too.
+    let last = l2.sm.last_applied().unwrap().index;
+    let mut cfg = node_config(dir.path(), l.id, &addrs[&l.id], &addrs);
+    cfg.bootstrap = false;
+    let back = RaftNode::start(cfg).await.unwrap();
+    wait_applied(&back, last).await;
+    l2.transfer_leader(back.id).await.unwrap();
+    back.raft
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.current_leader == Some(back.id), "transfer")
+        .await
+        .unwrap();
+    assert_eq!(
+        send_ids(&back, 1, &[4, 2, 5], 5000).await,
+        appended(1, 1, &[(0, 0, 2), (1, 0, 1)])
+    );
+
+    // Past the window (120 s by store time) an id is stored again:
+    // at-least-once.
+    assert_eq!(send_ids(&back, 1, &[3], 2000 + 120_001).await, appended(2, 1, &[]));
+    // The broker's own sends (guarded: retries, released timers) keep
+    // their message ids and are never deduplicated.
+    let guard = AdminCommand::CommitOffset {
+        group: "G".into(),
+        topic: "T".into(),
+        queue_id: 0,
+        offset: 1,
+        bound: None,
+    };
+    let batch = SendBatch {
+        topic: "T".into(),
+        queue_id: 0,
+        messages: vec![message(4)],
+    };
+    let (_, resp) = back
+        .write(Command::guarded_send(&guard, &[batch], 123_000).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp, Response::Sent(vec![appended(3, 1, &[])]));
+    back.shutdown().await.unwrap();
     for n in &nodes {
         n.shutdown().await.unwrap();
     }

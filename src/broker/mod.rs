@@ -19,6 +19,7 @@
 //! | [`read`]           | reads of applied state: a queue, by id, key or store time    |
 //! | [`queued`]         | a queue's message, its unit checked against it; damage noted |
 //! | [`status`]         | the node's own view of its group                             |
+//! | [`stored`]         | where a stored batch's messages went (duplicates included)   |
 //! | [`health`]         | whether the node is ready for traffic (`/readyz`)             |
 //! | [`clients`]        | the v2 clients a node knows (heartbeats, Telemetry streams)  |
 //! | [`flow_control`]   | per-client request rate (`TOO_MANY_REQUESTS`)                 |
@@ -30,12 +31,14 @@
 //! | [`limits`]         | what one caller may take from a node (`[limits]`)           |
 //! | [`runtime_config`] | the settings a node changes while it runs (get/update config) |
 //! | [`write_perm`]     | a group taken out of producers' sends and back (maintenance) |
+//! | [`dedup_admin`]    | the group's deduplication window of sends, read and changed  |
 
 pub mod acl_admin;
 pub mod auth;
 pub mod batcher;
 pub mod clients;
 pub mod config;
+pub mod dedup_admin;
 pub mod flow_control;
 pub mod group_admin;
 pub mod health;
@@ -55,6 +58,7 @@ pub mod registration;
 pub mod runtime_config;
 pub mod seal;
 pub mod status;
+pub mod stored;
 pub mod write_perm;
 
 use std::collections::HashMap;
@@ -95,6 +99,7 @@ const DIGESTS_WAITING: usize = 3;
 /// the line is as long as `limits.max_long_polls`).
 const CONCURRENT_READS: usize = 4;
 pub use limits::MAX_GROUP_QUEUES;
+pub use stored::Stored;
 
 pub struct Broker {
     pub node: Arc<RaftNode>,
@@ -402,12 +407,7 @@ impl Broker {
     }
 
     /// Validates and proposes a batch on the leader (this node).
-    pub async fn send_local(
-        &self,
-        topic: &str,
-        queue_id: u32,
-        messages: Vec<Message>,
-    ) -> Result<(u64, u32), BrokerError> {
+    pub async fn send_local(&self, topic: &str, queue_id: u32, messages: Vec<Message>) -> Result<Stored, BrokerError> {
         self.check_group_writable()?;
         self.check_send(topic, queue_id, &messages)?;
         // Body sizes the metrics count once the batch is stored.
@@ -431,18 +431,34 @@ impl Broker {
             let count = batch.messages.len() as u32;
             let batcher = self.batcher.clone();
             tokio::spawn(async move { batcher.send(batch).await });
-            return Ok((predicted, count));
+            return Ok(Stored {
+                queue_id,
+                first_queue_offset: predicted,
+                count,
+                duplicates: Vec::new(),
+            });
         }
         let started = std::time::Instant::now();
         match self.batcher.send(batch).await? {
             BatchOutcome::Appended {
                 first_queue_offset,
                 count,
+                duplicates,
             } => {
-                self.metrics.messages_in(topic, metric::NORMAL, &normal);
-                self.metrics.messages_in(topic, metric::FIFO, &fifo);
+                // Messages not stored again are not counted again.
+                if duplicates.is_empty() {
+                    self.metrics.messages_in(topic, metric::NORMAL, &normal);
+                    self.metrics.messages_in(topic, metric::FIFO, &fifo);
+                } else {
+                    self.metrics.send_duplicates.inc_by(duplicates.len() as u64);
+                }
                 self.metrics.send_latency.observe(started.elapsed().as_secs_f64());
-                Ok((first_queue_offset, count))
+                Ok(Stored {
+                    queue_id,
+                    first_queue_offset,
+                    count,
+                    duplicates,
+                })
             }
             BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
         }

@@ -67,6 +67,10 @@ pub enum ClusterCommand {
     WipeWritePerm(super::broker_config::WritePermArgs),
     /// Let producers send to a broker group again (mqadmin addWritePerm).
     AddWritePerm(super::broker_config::WritePermArgs),
+    /// Show or change a broker group's deduplication window: how long and
+    /// how many message ids it keeps so that a producer's retry is stored
+    /// once.
+    Dedup(super::broker_config::DedupArgs),
     /// Remove a node from a broker group.
     RemoveNode {
         /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
@@ -298,6 +302,7 @@ pub async fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
         ClusterCommand::UpdateConfig(a) => return super::broker_config::update(a).await,
         ClusterCommand::WipeWritePerm(a) => return super::broker_config::set_writable(a, false).await,
         ClusterCommand::AddWritePerm(a) => return super::broker_config::set_writable(a, true).await,
+        ClusterCommand::Dedup(a) => return super::broker_config::dedup(a).await,
         ClusterCommand::RemoveNode {
             namesrv,
             broker,

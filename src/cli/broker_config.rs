@@ -1,6 +1,7 @@
 //! `raftmq cluster get-config | update-config` (mqadmin getBrokerConfig and
-//! updateBrokerConfig) and `raftmq cluster wipe-write-perm | add-write-perm`
-//! (mqadmin wipeWritePerm and addWritePerm).
+//! updateBrokerConfig), `raftmq cluster wipe-write-perm | add-write-perm`
+//! (mqadmin wipeWritePerm and addWritePerm) and `raftmq cluster dedup`
+//! (the group's deduplication window of sends).
 //!
 //! A config change is per node (see `crate::broker::runtime_config`): the
 //! command changes every node of the group, or the one `--node` names, and
@@ -61,6 +62,23 @@ pub struct WritePermArgs {
     /// The broker group.
     #[arg(long)]
     pub broker: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DedupArgs {
+    /// NameServer addresses, separated by ',' or ';' (the first that answers is used).
+    #[arg(long, default_value = crate::namesrv::config::DEFAULT_LISTEN)]
+    pub namesrv: String,
+    /// The broker group.
+    #[arg(long)]
+    pub broker: String,
+    /// Forget ids stored longer ago than this, in milliseconds (0: no
+    /// deduplication).
+    #[arg(long)]
+    pub window_ms: Option<u64>,
+    /// Keep at most this many ids (the oldest go first).
+    #[arg(long)]
+    pub max_ids: Option<u64>,
 }
 
 /// The group's nodes as the NameServer knows them: (node id, client
@@ -164,5 +182,25 @@ pub async fn set_writable(a: WritePermArgs, writable: bool) -> anyhow::Result<()
     };
     let was = if r.was_writable == writable { " (no change)" } else { "" };
     println!("broker group {} {now}{was}", a.broker);
+    Ok(())
+}
+
+pub async fn dedup(a: DedupArgs) -> anyhow::Result<()> {
+    let r = super::connect::broker_client(&a.namesrv, &a.broker)
+        .await?
+        .set_dedup(pb::SetDedupRequest {
+            window_ms: a.window_ms,
+            max_ids: a.max_ids,
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+        .into_inner();
+    match r.window_ms {
+        0 => println!("broker group {}: no deduplication of sends", a.broker),
+        ms => println!(
+            "broker group {}: a send is stored once per message id within {ms} ms and {} ids (holds {} now)",
+            a.broker, r.max_ids, r.ids
+        ),
+    }
     Ok(())
 }

@@ -16,7 +16,7 @@
 //! | [`admin`]   | `raftmq cluster ...`, `raftmq topic ...` via the NameServers     |
 //! | [`status`]  | `raftmq cluster status`: every node, live, with its last heartbeat |
 //! | [`rolling`] | `raftmq cluster rolling-restart`: one node at a time, leader last |
-//! | [`broker_config`] | `raftmq cluster get-config|update-config|wipe-write-perm|add-write-perm` |
+//! | [`broker_config`] | `raftmq cluster get-config|update-config|wipe-write-perm|add-write-perm|dedup` |
 //! | [`group`]   | `raftmq group ...`: create, update, list, delete consumer groups |
 //! | [`progress`] | `raftmq group progress|reset-offset|skip-backlog|clone-offsets` |
 //! | [`topic_status`] | `raftmq topic status`: each queue's offsets and last store time |

@@ -187,7 +187,11 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                     }
                 };
                 if count <= 20 {
-                    println!("sent to {topic}/{queue} at offset {}", r.first_queue_offset);
+                    match r.duplicates.first() {
+                        // A retry whose first try was stored after all.
+                        Some(d) => println!("stored before at {topic}/{} offset {}", d.queue_id, d.queue_offset),
+                        None => println!("sent to {topic}/{queue} at offset {}", r.first_queue_offset),
+                    }
                 }
             }
             let secs = start.elapsed().as_secs_f64();

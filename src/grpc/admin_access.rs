@@ -74,9 +74,8 @@ fn need(method: &str) -> Need {
         | "ResetOffset" => Need::Authenticated,
         "Status" | "GetBrokerConfig" | "ReadHeld" => Need::Cluster(&[Get]),
         "ListConsumerGroups" | "ListClients" => Need::Cluster(&[List]),
-        "AddNode" | "RemoveNode" | "TransferLeader" | "SetWritable" | "UpdateBrokerConfig" | "CheckTransaction" => {
-            Need::Cluster(&[Update])
-        }
+        "AddNode" | "RemoveNode" | "TransferLeader" | "SetWritable" | "SetDedup" | "UpdateBrokerConfig"
+        | "CheckTransaction" => Need::Cluster(&[Update]),
         _ => Need::Admin,
     }
 }

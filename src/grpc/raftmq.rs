@@ -107,10 +107,19 @@ impl broker_server::Broker for BrokerService {
                 request,
                 |req| async move {
                     let messages = req.messages.into_iter().map(from_pb).collect();
-                    let (first, count) = self.broker.send_local(&req.topic, req.queue_id, messages).await?;
+                    let stored = self.broker.send_local(&req.topic, req.queue_id, messages).await?;
                     Ok(pb::SendResponse {
-                        first_queue_offset: first,
-                        count,
+                        first_queue_offset: stored.first_queue_offset,
+                        count: stored.count,
+                        duplicates: stored
+                            .duplicates
+                            .iter()
+                            .map(|d| pb::SentBefore {
+                                index: d.index,
+                                queue_id: d.queue_id,
+                                queue_offset: d.queue_offset,
+                            })
+                            .collect(),
                     })
                 },
                 |mut c, r| async move { c.send(r).await },
@@ -555,6 +564,24 @@ impl broker_server::Broker for BrokerService {
                     Ok(pb::SetWritableResponse { was_writable })
                 },
                 |mut c, r| async move { c.set_writable(r).await },
+            )
+            .await?;
+        Ok(Response::new(out))
+    }
+
+    async fn set_dedup(&self, request: Request<pb::SetDedupRequest>) -> Result<Response<pb::SetDedupResponse>, Status> {
+        let out = self
+            .on_leader(
+                request,
+                |req| async move {
+                    let (cfg, ids) = self.broker.set_dedup_local(req.window_ms, req.max_ids).await?;
+                    Ok(pb::SetDedupResponse {
+                        window_ms: cfg.window_ms,
+                        max_ids: cfg.max_ids,
+                        ids: ids as u64,
+                    })
+                },
+                |mut c, r| async move { c.set_dedup(r).await },
             )
             .await?;
         Ok(Response::new(out))

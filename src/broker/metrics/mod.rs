@@ -97,6 +97,9 @@ pub struct BrokerMetrics {
     pub transactions_discarded: Counter,
     /// Transaction check-backs this node sent to producers.
     pub transaction_checks: Counter,
+    /// Messages of producers' sends this node as leader did not store again:
+    /// the deduplication window held their ids (`raftmq_raft::dedup`).
+    pub send_duplicates: Counter,
     /// `messages_in` and `messages_out` summed over their labels, for
     /// `Status` (a Family cannot be summed without encoding it).
     total_in: AtomicU64,
@@ -140,6 +143,7 @@ impl BrokerMetrics {
             timers_rolled: Counter::default(),
             transactions_discarded: Counter::default(),
             transaction_checks: Counter::default(),
+            send_duplicates: Counter::default(),
             total_in: AtomicU64::new(0),
             total_out: AtomicU64::new(0),
             registry: Registry::default(),
@@ -232,6 +236,11 @@ impl BrokerMetrics {
             "transaction_checks",
             "Transaction check-backs sent to producers by this node",
             m.transaction_checks.clone(),
+        );
+        r.register(
+            "send_duplicates",
+            "Messages sent again (a retry with the same message id) and not stored again, by this node as leader",
+            m.send_duplicates.clone(),
         );
         r.register_collector(Box::new(node::RaftCollector { node }));
         BrokerMetrics { registry, ..m }

@@ -181,11 +181,12 @@ async fn send_local(
     for (idx, r) in futures::future::join_all(sends).await {
         for (k, i) in idx.iter().enumerate() {
             entries[*i] = Some(match &r {
-                Ok((first, _)) => v2::SendResultEntry {
+                Ok(stored) => v2::SendResultEntry {
                     status: Some(ok()),
                     message_id: ids[*i].clone(),
                     transaction_id: String::new(),
-                    offset: (first + k as u64) as i64,
+                    // A retry stored before answers with the first copy's offset.
+                    offset: stored.position(k).1 as i64,
                     recall_handle: String::new(),
                 },
                 Err(e) => failed(&ids[*i], e),

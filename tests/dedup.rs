@@ -1,0 +1,149 @@
+//! Exactly-once sends through the deduplication window, with real broker
+//! processes speaking `apache.rocketmq.v2`: a producer's retry of a send
+//! (same message id, as the official clients retry) is stored once, also
+//! when the leader that stored the first copy was killed before the retry,
+//! and `raftmq cluster dedup` shows and changes the window.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::v2::*;
+use common::{Cluster, Namesrv, raftmq_cli, read_queue, scrape, sum_of};
+use raftmq::proto::rocketmq::v2::Code;
+
+/// Runs `raftmq args` until it succeeds (brokers may not be registered yet).
+fn ok(args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out, err) = raftmq_cli(args);
+        if ok {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "raftmq {args:?}: {err}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every message id in topic T's two queues, as node `id` reads them, by
+/// (queue, offset).
+async fn stored(c: &Cluster, id: u64) -> Vec<(u32, u64, String)> {
+    let mut out = Vec::new();
+    for q in 0..2 {
+        for (offset, message_id) in read_queue(c, id, q).await {
+            out.push((q, offset, message_id));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_the_leader_died_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namesrv::start(dir.path(), "ns", 120_000);
+    let extra = format!(
+        "namesrv_addrs = [\"{}\"]\nnamesrv_heartbeat_interval_ms = 200\n",
+        ns.addr
+    );
+    let mut cluster = Cluster::start_with(dir.path(), 3, "async", &extra);
+    let leader = cluster.leader().await;
+    cluster.create_topic("T", 2, "").await;
+
+    let r = send(
+        &mut client(&cluster, leader).await,
+        vec![msg("T", "X-1", b"one"), msg("T", "X-2", b"two")],
+    )
+    .await;
+    assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    let first: Vec<i64> = r.entries.iter().map(|e| e.offset).collect();
+
+    // The leader dies; the producer, which (as far as it knows) never got
+    // an answer, sends X-2 again, with a new message, to another node.
+    cluster.kill(leader);
+    let next = cluster.leader().await;
+    let r = send(
+        &mut client(&cluster, next).await,
+        vec![msg("T", "X-2", b"two"), msg("T", "X-3", b"three")],
+    )
+    .await;
+    assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    assert_eq!(r.entries[0].message_id, "X-2");
+    assert_eq!(
+        r.entries[0].offset, first[1],
+        "the retry is answered with the first copy's offset"
+    );
+    let x3 = r.entries[1].offset;
+
+    // X-2 is stored once, on every node that runs.
+    let ids = |s: &[(u32, u64, String)]| {
+        let mut ids: Vec<String> = s.iter().map(|(_, _, id)| id.clone()).collect();
+        ids.sort();
+        ids
+    };
+    let survivors: Vec<u64> = (1..=3).filter(|&i| i != leader).collect();
+    let want = vec!["X-1".to_string(), "X-2".into(), "X-3".into()];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for &id in &survivors {
+        loop {
+            let got = ids(&stored(&cluster, id).await);
+            if got == want {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {id} holds {got:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let node = cluster.node(next);
+    let duplicates = sum_of(&scrape(&node.metrics_addr), "raftmq_send_duplicates_total", &[]);
+    assert_eq!(duplicates, 1.0);
+
+    // The window as the CLI shows it, then turned off: the same retry is
+    // stored again (at-least-once), and back on.
+    let n = ns.addr.as_str();
+    let out = ok(&["cluster", "dedup", "--namesrv", n, "--broker", "test"]);
+    assert!(out.contains("within 120000 ms and 1000000 ids (holds 3 now)"), "{out}");
+    let out = ok(&[
+        "cluster",
+        "dedup",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--window-ms",
+        "0",
+    ]);
+    assert!(out.contains("no deduplication"), "{out}");
+    let r = send(&mut client(&cluster, next).await, vec![msg("T", "X-1", b"one")]).await;
+    assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    assert_eq!(stored(&cluster, next).await.len(), 4);
+    let (accepted, _, err) = raftmq_cli(&[
+        "cluster",
+        "dedup",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--window-ms",
+        "60000",
+        "--max-ids",
+        "3000000",
+    ]);
+    assert!(!accepted && err.contains("at most 2000000 ids"), "{err}");
+    let out = ok(&[
+        "cluster",
+        "dedup",
+        "--namesrv",
+        n,
+        "--broker",
+        "test",
+        "--window-ms",
+        "60000",
+    ]);
+    assert!(out.contains("within 60000 ms"), "{out}");
+    let r = send(&mut client(&cluster, next).await, vec![msg("T", "X-3", b"three")]).await;
+    assert_eq!(
+        r.entries[0].offset, x3,
+        "ids stored before it was off are still known: {r:?}"
+    );
+    assert_eq!(stored(&cluster, next).await.len(), 4);
+}
