@@ -15,7 +15,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, message, read_queue, replicas_whole, send_retrying};
+use common::{Cluster, message, raftmq_cli, read_queue, replicas_whole, send_retrying};
 use raftmq::proto::pb;
 use tonic::Code;
 
@@ -76,6 +76,9 @@ async fn a_full_disk_refuses_sends_clearly_and_a_full_leader_hands_over() {
         let s = c.status(id, false).await.expect("status");
         assert!(s.disk_full, "node {id} does not report its disk full: {s:?}");
     }
+    // An operator sees it in `raftmq node status` too.
+    let (ok, out, err) = raftmq_cli(&["node", "status", "--endpoint", &c.node(1).client_addr]);
+    assert!(ok && out.contains("full: refusing sends"), "{out}{err}");
     let deadline = Instant::now() + Duration::from_secs(10);
     let refusal = loop {
         i += 1;

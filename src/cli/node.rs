@@ -115,6 +115,21 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
                 s.commit_index,
                 s.applied_index
             );
+            // What decides whether this node takes sends.
+            println!(
+                "disk {}  sends {}",
+                match (s.disk_used_ratio > 0.0, s.disk_full) {
+                    (true, true) => format!("{:.1}% used, full: refusing sends", s.disk_used_ratio * 100.0),
+                    (true, false) => format!("{:.1}% used", s.disk_used_ratio * 100.0),
+                    (false, true) => "full: refusing sends".to_string(),
+                    (false, false) => "use unknown".to_string(),
+                },
+                if s.writable {
+                    "taken"
+                } else {
+                    "refused (write permission wiped)"
+                }
+            );
             for m in s.members {
                 println!(
                     "  node {}  {}  raft {}  client {}",
