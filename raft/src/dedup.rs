@@ -90,7 +90,7 @@ impl DedupConfig {
 
 /// A queue offset not known when the id was put in the window (the entry
 /// was applied again after a restart, below the dispatch checkpoint, and
-/// its queue no longer held the message): looked up when needed.
+/// its queue no longer held the message): a retry of it is answered with it.
 pub const UNKNOWN_OFFSET: u64 = u64::MAX;
 
 /// Where the first copy of a message went.

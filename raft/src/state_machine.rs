@@ -332,11 +332,16 @@ impl StateMachine {
                     // the broker's own sends (retries, dead letters,
                     // released timers) carry the message ids of messages
                     // already stored, on purpose.
-                    let sends = st.metadata.dedup.enabled().then_some(&mut st.sends);
-                    let mut sends = sends.map(|w| (w, st.metadata.dedup));
+                    let mut window = st.metadata.dedup.enabled().then_some(&mut st.sends);
                     for b in &batches {
-                        let window = sends.as_mut().map(|(w, cfg)| (&mut **w, *cfg));
-                        out.push(apply_batch(&st.metadata, store, b, payload_phys, redo, window)?);
+                        out.push(apply_batch(
+                            &st.metadata,
+                            store,
+                            b,
+                            payload_phys,
+                            redo,
+                            window.as_deref_mut(),
+                        )?);
                     }
                     hold(&mut st.metadata.held, entry.log_id.index, &batches, &out);
                     Response::Sent(out)
@@ -759,7 +764,7 @@ fn apply_batch(
     b: &BatchView<'_>,
     payload_phys: u64,
     redo: bool,
-    mut window: Option<(&mut DedupWindow, DedupConfig)>,
+    mut window: Option<&mut DedupWindow>,
 ) -> io::Result<BatchOutcome> {
     if let Some(why) = batch_refusal(md, b) {
         return Ok(BatchOutcome::Rejected(why));
@@ -773,28 +778,20 @@ fn apply_batch(
     for (k, (at, len, view)) in b.messages.iter().enumerate() {
         let phys = payload_phys + *at as u64;
         let mut key = None;
-        if let Some((w, cfg)) = window.as_mut().filter(|_| !view.message_id.is_empty()) {
-            w.evict(cfg, view.store_timestamp_ms);
+        if let Some(w) = window.as_mut().filter(|_| !view.message_id.is_empty()) {
+            w.evict(&md.dedup, view.store_timestamp_ms);
             let id_key = dedup::Key::new(b.topic, view.message_id);
             match w.find_key(&id_key) {
                 // The same message applied again (its first try ran out
                 // of disk space half-way): dispatching is idempotent.
                 Some(o) if o.phys == phys => {}
+                // Its offset was looked up when it went in: one still
+                // unknown is a copy retention has deleted since.
                 Some(o) => {
-                    let queue_offset = match o.queue_offset {
-                        UNKNOWN_OFFSET => store
-                            .queue(b.topic, o.queue_id)
-                            .map(|cq| cq.offset_of_phys(o.phys))
-                            .transpose()
-                            .map_err(io_err)?
-                            .flatten()
-                            .unwrap_or(UNKNOWN_OFFSET),
-                        known => known,
-                    };
                     duplicates.push(Duplicate {
                         index: k as u32,
                         queue_id: o.queue_id,
-                        queue_offset,
+                        queue_offset: o.queue_offset,
                     });
                     continue;
                 }
@@ -832,7 +829,7 @@ fn apply_batch(
         } else {
             None
         };
-        if let (Some((w, _)), Some(key)) = (window.as_mut(), key) {
+        if let (Some(w), Some(key)) = (window.as_mut(), key) {
             // Applied again after a restart (below the dispatch checkpoint):
             // the queue holds the message; a snapshot must carry its offset
             // to nodes whose queues will not.
