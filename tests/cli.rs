@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Namesrv, raftmq_cli};
+use common::{Cluster, Namesrv, raftmq_cli, raftmq_cli_ok as ok};
 use raftmq::proto::rocketmq::v2;
 
 /// Runs `raftmq args`, which must fail saying `says`.
@@ -14,19 +14,6 @@ fn refused(args: &[&str], says: &str) {
     let (ok, out, err) = raftmq_cli(args);
     assert!(!ok, "raftmq {args:?} succeeded: {out}");
     assert!(err.contains(says), "raftmq {args:?}: {err}");
-}
-
-/// Runs `raftmq args` until it succeeds (brokers may not be registered yet).
-fn ok(args: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ok, out, err) = raftmq_cli(args);
-        if ok {
-            return out;
-        }
-        assert!(Instant::now() < deadline, "raftmq {args:?}: {err}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// A NameServer and a three-node group `test` registered with it (every

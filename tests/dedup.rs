@@ -9,20 +9,15 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::v2::*;
-use common::{Cluster, Namesrv, raftmq_cli, read_queue, scrape, sum_of};
+use common::{Cluster, Namesrv, raftmq_cli, raftmq_cli_ok, read_queue, scrape, sum_of};
 use raftmq::proto::rocketmq::v2::Code;
 
-/// Runs `raftmq args` until it succeeds (brokers may not be registered yet).
-fn ok(args: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ok, out, err) = raftmq_cli(args);
-        if ok {
-            return out;
-        }
-        assert!(Instant::now() < deadline, "raftmq {args:?}: {err}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// `raftmq cluster dedup` on group `test` with `settings`, until it
+/// succeeds; its stdout.
+fn dedup_cli(namesrv: &str, settings: &[&str]) -> String {
+    let mut args = vec!["cluster", "dedup", "--namesrv", namesrv, "--broker", "test"];
+    args.extend_from_slice(settings);
+    raftmq_cli_ok(&args)
 }
 
 /// Every message id in topic T's two queues, as node `id` reads them, by
@@ -100,45 +95,23 @@ async fn a_retry_after_the_leader_died_is_stored_once() {
     // The window as the CLI shows it, then turned off: the same retry is
     // stored again (at-least-once), and back on.
     let n = ns.addr.as_str();
-    let out = ok(&["cluster", "dedup", "--namesrv", n, "--broker", "test"]);
+    let out = dedup_cli(n, &[]);
     assert!(out.contains("within 120000 ms and 1000000 ids (holds 3 now)"), "{out}");
-    let out = ok(&[
-        "cluster",
-        "dedup",
-        "--namesrv",
-        n,
-        "--broker",
-        "test",
-        "--window-ms",
-        "0",
-    ]);
+    let out = dedup_cli(n, &["--window-ms", "0"]);
     assert!(out.contains("no deduplication"), "{out}");
     let r = send(&mut client(&cluster, next).await, vec![msg("T", "X-1", b"one")]).await;
     assert_eq!(code(&r.status), Code::Ok, "{r:?}");
     assert_eq!(stored(&cluster, next).await.len(), 4);
-    let (accepted, _, err) = raftmq_cli(&[
-        "cluster",
-        "dedup",
-        "--namesrv",
-        n,
-        "--broker",
-        "test",
-        "--window-ms",
-        "60000",
-        "--max-ids",
-        "3000000",
-    ]);
+    let too_many = ["--window-ms", "60000", "--max-ids", "3000000"];
+    let (accepted, _, err) = raftmq_cli(
+        &[
+            ["cluster", "dedup", "--namesrv", n, "--broker", "test"].as_slice(),
+            &too_many,
+        ]
+        .concat(),
+    );
     assert!(!accepted && err.contains("at most 2000000 ids"), "{err}");
-    let out = ok(&[
-        "cluster",
-        "dedup",
-        "--namesrv",
-        n,
-        "--broker",
-        "test",
-        "--window-ms",
-        "60000",
-    ]);
+    let out = dedup_cli(n, &["--window-ms", "60000"]);
     assert!(out.contains("within 60000 ms"), "{out}");
     let r = send(&mut client(&cluster, next).await, vec![msg("T", "X-3", b"three")]).await;
     assert_eq!(

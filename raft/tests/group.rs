@@ -91,6 +91,26 @@ async fn send_padded(l: &RaftNode, range: std::ops::Range<u64>, pad: usize) {
     }
 }
 
+/// Has `n` snapshot its state and waits until the snapshot covers `last`.
+async fn snapshot(n: &RaftNode, last: u64) {
+    n.raft.trigger().snapshot().await.unwrap();
+    n.raft
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot")
+        .await
+        .unwrap();
+}
+
+/// Hands leadership from `from` to `to` and waits until `to` leads.
+async fn transfer(from: &RaftNode, to: &RaftNode) {
+    from.transfer_leader(to.id).await.unwrap();
+    to.raft
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.current_leader == Some(to.id), "transfer")
+        .await
+        .unwrap();
+}
+
 async fn wait_applied(n: &RaftNode, index: u64) {
     let mut applied = n.sm.applied_watch();
     tokio::time::timeout(Duration::from_secs(10), applied.wait_for(|&i| i >= index))
@@ -227,12 +247,7 @@ async fn a_node_added_after_the_log_was_purged_installs_a_snapshot_and_keeps_up(
     let last = l.sm.last_applied().unwrap().index;
     for n in &nodes {
         wait_applied(n, last).await;
-        n.raft.trigger().snapshot().await.unwrap();
-        n.raft
-            .wait(Some(Duration::from_secs(10)))
-            .metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot")
-            .await
-            .unwrap();
+        snapshot(n, last).await;
         // As retention would: let the purge delete the segments too.
         n.log.allow_deletion_below(u64::MAX);
         n.raft.trigger().purge_log(last).await.unwrap();
@@ -287,12 +302,7 @@ async fn a_node_added_after_the_log_was_purged_installs_a_snapshot_and_keeps_up(
     assert!(n4.sm.topic("T").is_some(), "metadata came with the snapshot");
     // The deduplication window came with it: as leader, node 4 answers a
     // retry of message 395 (queue 1, offset 197) with its first copy.
-    l.transfer_leader(4).await.unwrap();
-    n4.raft
-        .wait(Some(Duration::from_secs(10)))
-        .metrics(|m| m.current_leader == Some(4), "transfer")
-        .await
-        .unwrap();
+    transfer(&l, &n4).await;
     assert_eq!(send_ids(&n4, 0, &[395], 1500).await, appended(0, 0, &[(0, 1, 197)]));
     n4.sm.with_metadata(|m| {
         assert_eq!(m.users.get("alice"), Some(&alice), "users came with the snapshot");
@@ -315,13 +325,7 @@ async fn leadership_moves_on_request_and_remove_node_shrinks_the_group() {
     let l = leader(&nodes).await;
     put_topic(&l).await;
     let target = nodes.iter().find(|n| n.id != l.id).unwrap().clone();
-    l.transfer_leader(target.id).await.unwrap();
-    target
-        .raft
-        .wait(Some(Duration::from_secs(10)))
-        .metrics(|m| m.current_leader == Some(target.id), "transfer")
-        .await
-        .unwrap();
+    transfer(&l, &target).await;
     let new = target;
     assert!(new.is_leader());
 
@@ -544,12 +548,7 @@ async fn retention_deletes_expired_segments_through_a_raft_purge() {
     assert_eq!(plan.delete_before, None);
 
     let last = l.sm.last_applied().unwrap().index;
-    l.raft.trigger().snapshot().await.unwrap();
-    l.raft
-        .wait(Some(Duration::from_secs(10)))
-        .metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot")
-        .await
-        .unwrap();
+    snapshot(&l, last).await;
     let plan = l.enforce_retention(&later, &FakeDisk).await.unwrap();
     assert!(plan.delete_before.is_some(), "{plan:?}");
     l.raft
@@ -623,12 +622,7 @@ async fn a_retried_send_is_stored_once_across_leader_failover_and_restart() {
     for n in &nodes {
         wait_applied(n, last).await;
     }
-    l.raft.trigger().snapshot().await.unwrap();
-    l.raft
-        .wait(Some(Duration::from_secs(10)))
-        .metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot")
-        .await
-        .unwrap();
+    snapshot(&l, last).await;
     l.shutdown().await.unwrap();
     nodes.retain(|n| n.id != l.id);
     let l2 = leader(&nodes).await;
@@ -644,12 +638,7 @@ async fn a_retried_send_is_stored_once_across_leader_failover_and_restart() {
     cfg.bootstrap = false;
     let back = RaftNode::start(cfg).await.unwrap();
     wait_applied(&back, last).await;
-    l2.transfer_leader(back.id).await.unwrap();
-    back.raft
-        .wait(Some(Duration::from_secs(10)))
-        .metrics(|m| m.current_leader == Some(back.id), "transfer")
-        .await
-        .unwrap();
+    transfer(&l2, &back).await;
     assert_eq!(
         send_ids(&back, 1, &[4, 2, 5], 5000).await,
         appended(1, 1, &[(0, 0, 2), (1, 0, 1)])

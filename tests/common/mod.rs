@@ -383,6 +383,20 @@ pub fn raftmq_cli(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Runs `raftmq args` until it succeeds (30 s at most: brokers may not be
+/// registered with the NameServer yet); its stdout.
+pub fn raftmq_cli_ok(args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out, err) = raftmq_cli(args);
+        if ok {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "raftmq {args:?}: {err}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// `GET /metrics` from `addr`; the samples as (name with labels, value).
 /// Waits for the port first: a node opens it just after its gRPC port,
 /// which is all start-up waits for (a loaded CI machine once scraped in
