@@ -2,6 +2,10 @@
 
 use clap::Parser;
 
+/// mimalloc, not glibc malloc: see its line in Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = match raftmq::cli::Cli::try_parse() {
         Ok(cli) => cli,
