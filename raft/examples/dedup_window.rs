@@ -51,7 +51,7 @@ fn main() {
             queue_offset: i / 8,
             phys: i * 1100,
         };
-        w.insert("TopicTest0", id, at, i / 100);
+        w.insert("TopicTest0", id, at);
     }
     let fill = t.elapsed();
     let after = rss_anon_kib();
@@ -66,7 +66,7 @@ fn main() {
             queue_offset: i,
             phys: i,
         };
-        w.insert("TopicTest0", id, at, i / 100);
+        w.insert("TopicTest0", id, at);
     }
     let steady = t.elapsed();
     let t = Instant::now();

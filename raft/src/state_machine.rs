@@ -845,7 +845,7 @@ fn apply_batch(
                 queue_offset,
                 phys,
             };
-            w.insert_key(key, dedup::topic_hash(b.topic), original, view.store_timestamp_ms);
+            w.insert_key(key, dedup::topic_hash(b.topic), original);
         }
     }
     Ok(BatchOutcome::Appended {

@@ -644,9 +644,18 @@ async fn a_retried_send_is_stored_once_across_leader_failover_and_restart() {
         appended(1, 1, &[(0, 0, 2), (1, 0, 1)])
     );
 
-    // Past the window (120 s by store time) an id is stored again:
+    // A leader whose clock runs ten minutes ahead ages the window by one
+    // step of 10 s, not by ten minutes: the retry is still known.
+    let ahead = 5000 + 600_000;
+    assert_eq!(send_ids(&back, 1, &[3], ahead).await, appended(0, 0, &[(0, 1, 0)]));
+    // Past the window (120 s of the window's clock, which moves at most
+    // 10 s from one entry to the next) an id is stored again:
     // at-least-once.
-    assert_eq!(send_ids(&back, 1, &[3], 2000 + 120_001).await, appended(2, 1, &[]));
+    for k in 1..=11u64 {
+        let stamp = ahead + k * 10_000;
+        assert_eq!(send_ids(&back, 1, &[100 + k], stamp).await, appended(1 + k, 1, &[]));
+    }
+    assert_eq!(send_ids(&back, 1, &[3], ahead + 120_000).await, appended(13, 1, &[]));
     // The broker's own sends (guarded: retries, released timers) keep
     // their message ids and are never deduplicated.
     let guard = AdminCommand::CommitOffset {
