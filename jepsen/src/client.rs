@@ -122,13 +122,24 @@ fn timestamp(t: SystemTime) -> prost_types::Timestamp {
     }
 }
 
-/// A message whose body is `value` in decimal, with a fresh message id.
-fn message(topic: &str, value: u64, kind: v2::MessageType, due: Option<prost_types::Timestamp>) -> v2::Message {
+/// A fresh message id, shaped as the official clients make theirs.
+pub fn message_id() -> String {
+    format!("01{:032X}", rand::random::<u128>())
+}
+
+/// A message whose body is `value` in decimal.
+fn message(
+    topic: &str,
+    value: u64,
+    message_id: String,
+    kind: v2::MessageType,
+    due: Option<prost_types::Timestamp>,
+) -> v2::Message {
     v2::Message {
         topic: resource(topic),
         user_properties: Default::default(),
         system_properties: Some(v2::SystemProperties {
-            message_id: format!("01{:032X}", rand::random::<u128>()),
+            message_id,
             body_encoding: v2::Encoding::Identity as i32,
             message_type: kind as i32,
             born_timestamp: Some(timestamp(SystemTime::now())),
@@ -227,12 +238,12 @@ impl Client {
         })
     }
 
-    /// Sends `value` to the single queue of `topic`; returns its offset.
-    pub async fn send(&self, topic: &str, value: u64) -> Outcome<u64> {
-        match self
-            .send_message(message(topic, value, v2::MessageType::Normal, None))
-            .await
-        {
+    /// Sends `value` to the single queue of `topic` as message
+    /// `message_id` (a retry keeps its id, as the official clients do);
+    /// returns its offset.
+    pub async fn send(&self, topic: &str, value: u64, message_id: &str) -> Outcome<u64> {
+        let m = message(topic, value, message_id.to_string(), v2::MessageType::Normal, None);
+        match self.send_message(m).await {
             Outcome::Ok(e) => match u64::try_from(e.offset) {
                 Ok(o) => Outcome::Ok(o),
                 Err(_) => Outcome::Unknown(format!("negative offset {}", e.offset)),
@@ -247,7 +258,7 @@ impl Client {
     pub async fn timed_send(&self, topic: &str, value: u64, due: SystemTime) -> Outcome<()> {
         let due = timestamp(due);
         match self
-            .send_message(message(topic, value, v2::MessageType::Delay, Some(due)))
+            .send_message(message(topic, value, message_id(), v2::MessageType::Delay, Some(due)))
             .await
         {
             Outcome::Ok(_) => Outcome::Ok(()),
@@ -258,7 +269,7 @@ impl Client {
 
     /// Sends `value` to `topic` as a transactional (half) message.
     pub async fn txn_send(&self, topic: &str, value: u64) -> Outcome<Half> {
-        let m = message(topic, value, v2::MessageType::Transaction, None);
+        let m = message(topic, value, message_id(), v2::MessageType::Transaction, None);
         match self.send_message(m).await {
             Outcome::Ok(e) if e.transaction_id.is_empty() => {
                 Outcome::Unknown("a transactional send acknowledged without a transaction id".into())

@@ -27,7 +27,11 @@
 //! An operation with an unknown
 //! outcome retires its process (Jepsen's rule): the slot goes on as process
 //! `p + concurrency`. Reads have no
-//! effects, so a read that times out is a failure, not an unknown.
+//! effects, so a read that times out is a failure, not an unknown. A plain
+//! send with an unknown outcome is sent again, with the same value and
+//! message id, as the new process's next operation, up to
+//! [`SEND_ATTEMPTS`] attempts in all: the official clients retry a send
+//! that way, and the broker must store it once (its deduplication window).
 //!
 //! Held keys (`jepsen-held-<i>`, topics that take any message type) get
 //! held messages: a `timed-send` due 0.2 to 5 s later, and a `txn-send`
@@ -122,6 +126,9 @@ pub const HELD_KEYS: usize = 2;
 const SEND_SHARE: f64 = 0.40;
 const TIMED_SHARE: f64 = 0.45;
 const TXN_SHARE: f64 = 0.50;
+/// Attempts at one plain send, the first included (the official clients'
+/// default `maxAttempts` for producers).
+pub const SEND_ATTEMPTS: u32 = 3;
 /// A timed message is due this many milliseconds after its send.
 const DELAY_MS: std::ops::RangeInclusive<u64> = 200..=5000;
 
@@ -131,6 +138,15 @@ pub fn key_name(i: usize) -> String {
 
 pub fn held_key_name(i: usize) -> String {
     format!("jepsen-held-{i}")
+}
+
+/// A plain send whose outcome was unknown, to be sent again.
+struct Retry {
+    key: String,
+    value: u64,
+    message_id: String,
+    /// Attempts made so far.
+    attempts: u32,
 }
 
 /// A transaction its process still has to end.
@@ -165,6 +181,7 @@ impl Workload {
         // (key, next offset to read, polls since the assignment)
         let mut assigned: Option<(String, u64, u32)> = None;
         let mut pending_end: Option<PendingEnd> = None;
+        let mut retry: Option<Retry> = None;
         let every_key: Vec<&String> = self.keys.iter().chain(&self.held_keys).collect();
         let mean_gap = self.concurrency as f64 / self.rate.max(0.001);
         while Instant::now() < until {
@@ -194,16 +211,33 @@ impl Workload {
                     .watched(node, client.end_txn(&end.key, &end.half, end.resolution, false))
                     .await;
                 self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
-            } else if r < SEND_SHARE {
-                let key = self.keys[rng.random_range(0..self.keys.len())].clone();
-                let value = values.fetch_add(1, Ordering::Relaxed);
+            } else if retry.is_some() || r < SEND_SHARE {
+                let Retry {
+                    key,
+                    value,
+                    message_id,
+                    attempts,
+                } = retry.take().unwrap_or_else(|| Retry {
+                    key: self.keys[rng.random_range(0..self.keys.len())].clone(),
+                    value: values.fetch_add(1, Ordering::Relaxed),
+                    message_id: client::message_id(),
+                    attempts: 0,
+                });
                 let call = |offset| Call::Send {
                     key: key.clone(),
                     value,
                     offset,
                 };
                 self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                let out = self.watched(node, client.send(&key, value)).await;
+                let out = self.watched(node, client.send(&key, value, &message_id)).await;
+                if matches!(out, Outcome::Unknown(_)) && attempts + 1 < SEND_ATTEMPTS {
+                    retry = Some(Retry {
+                        key: key.clone(),
+                        value,
+                        message_id: message_id.clone(),
+                        attempts: attempts + 1,
+                    });
+                }
                 self.recorder.complete(p, node, out, |o| call(Some(o)), call(None))
             } else if r < TIMED_SHARE {
                 let key = self.held_keys[rng.random_range(0..self.held_keys.len())].clone();

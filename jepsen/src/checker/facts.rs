@@ -20,11 +20,7 @@ pub(super) const MAX_REMEMBERED: usize = 16;
 /// How long after a fault stops its window for availability gaps extends.
 pub(super) const FAULT_TAIL_NS: u64 = 10_000_000_000;
 /// Kinds that are reported but do not fail their check.
-pub(super) const NOT_JUDGED_KINDS: &[&str] = &[
-    "duplicate-after-unknown",
-    "commit-index-regressed-after-power-loss",
-    "timed-visible-early",
-];
+pub(super) const NOT_JUDGED_KINDS: &[&str] = &["commit-index-regressed-after-power-loss", "timed-visible-early"];
 
 pub(super) const NO_ID: usize = usize::MAX;
 

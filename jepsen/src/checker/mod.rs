@@ -21,12 +21,12 @@
 //!    and a key with acknowledged sends has an ok drain from every node that
 //!    was drained at all (`undrained`: otherwise its writes go unverified).
 //! 3. `duplicates`: a value of a plain send stored at two or more distinct
-//!    (key, offset) positions, as read (held values: check 6). A `duplicate` fails the check; when the value's
-//!    send had an unknown outcome (`info`, or never completed) it is a
-//!    `duplicate-after-unknown`, reported but not judged: the harness never
-//!    retries a send, but a broker that forwards a write to the leader may
-//!    retry that forwarding after a timeout and store it twice, which an
-//!    at-least-once queue permits when the client never heard back.
+//!    (key, offset) positions, as read (held values: check 6), is a
+//!    `duplicate`, whatever its sends' outcomes: the workload retries a send
+//!    whose outcome was unknown with the same message id (as the official
+//!    clients do), and the broker's deduplication window stores it once, as
+//!    it does a follower's forwarding retried after a timeout. The check's
+//!    line opens with `duplicates: N (unknown outcomes: M)`.
 //! 4. `monotonic-consumers`: a consumer reads its queue in order. For each
 //!    client process and key, between (re)assignments: an ok poll's messages
 //!    start at its `from` and are consecutive, and its `from` is where the
