@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::v2::*;
 use common::{Cluster, Namesrv, raftmq_cli, raftmq_cli_ok, read_queue, scrape, sum_of};
-use raftmq::proto::rocketmq::v2::Code;
+use raftmq::proto::rocketmq::v2::{self, Code};
 
 /// `raftmq cluster dedup` on group `test` with `settings`, until it
 /// succeeds; its stdout.
@@ -119,4 +119,76 @@ async fn a_retry_after_the_leader_died_is_stored_once() {
         "ids stored before it was off are still known: {r:?}"
     );
     assert_eq!(stored(&cluster, next).await.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retried_timed_or_transactional_send_is_held_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3, "async");
+    let leader = cluster.leader().await;
+    cluster.create_topic("T", 1, "MIXED").await;
+    let mut c = client(&cluster, leader).await;
+
+    // A timed message, due in 1.5 s, sent twice (its producer never saw the
+    // first answer): the retry gets the first copy's recall handle.
+    let due = std::time::SystemTime::now() + Duration::from_millis(1500);
+    let since = due.duration_since(std::time::UNIX_EPOCH).unwrap();
+    let mut timed = msg("T", "D-1", b"timed");
+    let sp = timed.system_properties.as_mut().unwrap();
+    sp.message_type = v2::MessageType::Delay as i32;
+    sp.delivery_timestamp = Some(prost_types::Timestamp {
+        seconds: since.as_secs() as i64,
+        nanos: since.subsec_nanos() as i32,
+    });
+    let first = send(&mut c, vec![timed.clone()]).await;
+    assert_eq!(code(&first.status), Code::Ok, "{first:?}");
+    let again = send(&mut c, vec![timed]).await;
+    assert_eq!(code(&again.status), Code::Ok, "{again:?}");
+    assert!(!first.entries[0].recall_handle.is_empty());
+    assert_eq!(again.entries[0].recall_handle, first.entries[0].recall_handle);
+
+    // A half message sent twice: the retry gets the same transaction id,
+    // and one commit ends the one transaction.
+    let mut half = msg("T", "H-1", b"half");
+    half.system_properties.as_mut().unwrap().message_type = v2::MessageType::Transaction as i32;
+    let first = send(&mut c, vec![half.clone()]).await;
+    assert_eq!(code(&first.status), Code::Ok, "{first:?}");
+    let again = send(&mut c, vec![half]).await;
+    assert_eq!(code(&again.status), Code::Ok, "{again:?}");
+    let txn = first.entries[0].transaction_id.clone();
+    assert!(!txn.is_empty());
+    assert_eq!(again.entries[0].transaction_id, txn);
+    let end = c
+        .end_transaction(v2::EndTransactionRequest {
+            topic: resource("T"),
+            message_id: "H-1".into(),
+            transaction_id: txn,
+            resolution: v2::TransactionResolution::Commit as i32,
+            source: v2::TransactionSource::SourceClient as i32,
+            trace_context: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code(&end.status), Code::Ok, "{end:?}");
+
+    // Each is released into T once, on every node: a second timer or half
+    // would have come out by now too (2 s past the due time).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for id in 1..=3 {
+        loop {
+            let mut got: Vec<String> = read_queue(&cluster, id, 0).await.into_values().collect();
+            got.sort();
+            let settled = std::time::SystemTime::now() > due + Duration::from_secs(2);
+            if got == ["D-1", "H-1"] && settled {
+                break;
+            }
+            assert!(got.len() <= 2, "node {id} holds {got:?}");
+            assert!(Instant::now() < deadline, "node {id} holds {got:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let node = cluster.node(leader);
+    let duplicates = sum_of(&scrape(&node.metrics_addr), "raftmq_send_duplicates_total", &[]);
+    assert_eq!(duplicates, 2.0);
 }

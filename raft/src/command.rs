@@ -247,13 +247,29 @@ pub enum BatchOutcome {
 }
 
 /// A message of a send whose (topic, message id) the deduplication window
-/// held: where its first copy is.
+/// held: where its first copy is. For a held message (a batch to
+/// [`crate::held::TIMER_TOPIC`] or [`crate::held::HALF_TOPIC`], one queue
+/// whose offsets no client sees) the two fields name the first copy's
+/// [`crate::held::HeldId`] instead, which its answer is made from (a
+/// recall handle, a transaction id): see [`Duplicate::held_id`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Duplicate {
     /// Its position in the batch.
     pub index: u32,
+    /// The first copy's queue; for a held message, its ordinal.
     pub queue_id: u32,
+    /// The first copy's queue offset; for a held message, its entry's index.
     pub queue_offset: u64,
+}
+
+impl Duplicate {
+    /// The first copy's id, when this is a held message's duplicate.
+    pub fn held_id(&self) -> crate::held::HeldId {
+        crate::held::HeldId {
+            index: self.queue_offset,
+            ordinal: self.queue_id,
+        }
+    }
 }
 
 /// Where each message of an appended batch sent to `queue_id` is: the

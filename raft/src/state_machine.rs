@@ -333,7 +333,12 @@ impl StateMachine {
                     // released timers) carry the message ids of messages
                     // already stored, on purpose.
                     let mut window = st.metadata.dedup.enabled().then_some(&mut st.sends);
+                    let mut ordinal = 0u32;
                     for b in &batches {
+                        let held_at = held::is_system_topic(b.topic).then_some(HeldId {
+                            index: entry.log_id.index,
+                            ordinal,
+                        });
                         out.push(apply_batch(
                             &st.metadata,
                             store,
@@ -341,7 +346,9 @@ impl StateMachine {
                             payload_phys,
                             redo,
                             window.as_deref_mut(),
+                            held_at,
                         )?);
+                        ordinal = ordinal.saturating_add(b.messages.len() as u32);
                     }
                     hold(&mut st.metadata.held, entry.log_id.index, &batches, &out);
                     Response::Sent(out)
@@ -371,7 +378,7 @@ impl StateMachine {
                     let mut out = Vec::with_capacity(batches.len());
                     for b in &batches {
                         out.push(if ok {
-                            apply_batch(&st.metadata, store, b, payload_phys, redo, None)?
+                            apply_batch(&st.metadata, store, b, payload_phys, redo, None, None)?
                         } else {
                             BatchOutcome::Rejected(
                                 refused
@@ -723,9 +730,13 @@ fn apply_admin(md: &mut Metadata, inflight: &mut InFlightCounts, a: AdminCommand
 fn hold(h: &mut Held, index: u64, batches: &[BatchView<'_>], outcomes: &[BatchOutcome]) {
     let mut ordinal = 0u32;
     for (b, o) in batches.iter().zip(outcomes) {
-        let held_topic = b.topic == held::TIMER_TOPIC || b.topic == held::HALF_TOPIC;
-        if held_topic && matches!(o, BatchOutcome::Appended { .. }) {
+        if let (true, BatchOutcome::Appended { duplicates, .. }) = (held::is_system_topic(b.topic), o) {
             for (k, (_, _, view)) in b.messages.iter().enumerate() {
+                // A retry of a held message is not held a second time: its
+                // first copy is (released once, ended once).
+                if duplicates.iter().any(|d| d.index == k as u32) {
+                    continue;
+                }
                 h.on_applied(
                     b.topic,
                     HeldId {
@@ -765,6 +776,7 @@ fn apply_batch(
     payload_phys: u64,
     redo: bool,
     mut window: Option<&mut DedupWindow>,
+    held_at: Option<HeldId>,
 ) -> io::Result<BatchOutcome> {
     if let Some(why) = batch_refusal(md, b) {
         return Ok(BatchOutcome::Rejected(why));
@@ -840,10 +852,19 @@ fn apply_batch(
                     .and_then(|cq| cq.offset_of_phys(phys).ok().flatten())
                     .unwrap_or(UNKNOWN_OFFSET),
             };
-            let original = Original {
-                queue_id: b.queue_id,
-                queue_offset,
-                phys,
+            // A held message's answer needs its first copy's HeldId, not
+            // its place in the system topic's one queue (see `Duplicate`).
+            let original = match held_at {
+                Some(at) => Original {
+                    queue_id: at.ordinal.saturating_add(k as u32),
+                    queue_offset: at.index,
+                    phys,
+                },
+                None => Original {
+                    queue_id: b.queue_id,
+                    queue_offset,
+                    phys,
+                },
             };
             w.insert_key(key, dedup::topic_hash(b.topic), original);
         }

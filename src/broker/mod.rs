@@ -410,14 +410,14 @@ impl Broker {
     pub async fn send_local(&self, topic: &str, queue_id: u32, messages: Vec<Message>) -> Result<Stored, BrokerError> {
         self.check_group_writable()?;
         self.check_send(topic, queue_id, &messages)?;
-        // Body sizes the metrics count once the batch is stored.
-        let (mut fifo, mut normal) = (Vec::new(), Vec::with_capacity(messages.len()));
-        for m in &messages {
-            match m.properties.iter().any(|(k, _)| k == crate::proto::v2_message::P_GROUP) {
-                true => fifo.push(m.body.len()),
-                false => normal.push(m.body.len()),
-            }
-        }
+        // Body sizes (and whether FIFO) the metrics count once stored.
+        let sizes: Vec<(bool, usize)> = messages
+            .iter()
+            .map(|m| {
+                let fifo = m.properties.iter().any(|(k, _)| k == crate::proto::v2_message::P_GROUP);
+                (fifo, m.body.len())
+            })
+            .collect();
         let batch = SendBatch {
             topic: topic.to_string(),
             queue_id,
@@ -446,12 +446,16 @@ impl Broker {
                 duplicates,
             } => {
                 // Messages not stored again are not counted again.
-                if duplicates.is_empty() {
-                    self.metrics.messages_in(topic, metric::NORMAL, &normal);
-                    self.metrics.messages_in(topic, metric::FIFO, &fifo);
-                } else {
-                    self.metrics.send_duplicates.inc_by(duplicates.len() as u64);
+                let (mut fifo, mut normal) = (Vec::new(), Vec::with_capacity(sizes.len()));
+                for (k, &(is_fifo, bytes)) in sizes.iter().enumerate() {
+                    if duplicates.iter().any(|d| d.index as usize == k) {
+                        continue;
+                    }
+                    if is_fifo { &mut fifo } else { &mut normal }.push(bytes);
                 }
+                self.metrics.messages_in(topic, metric::NORMAL, &normal);
+                self.metrics.messages_in(topic, metric::FIFO, &fifo);
+                self.metrics.send_duplicates.inc_by(duplicates.len() as u64);
                 self.metrics.send_latency.observe(started.elapsed().as_secs_f64());
                 Ok(Stored {
                     queue_id,

@@ -69,18 +69,31 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
     };
     let placed = broker.batcher.send_placed(batch).await?;
     match placed.outcome {
-        BatchOutcome::Appended { .. } => {
+        BatchOutcome::Appended { duplicates, .. } => {
             let message_type = if timed { metrics::DELAY } else { metrics::TRANSACTION };
-            for (topic, bytes) in counted {
+            let duplicate = |k: usize| duplicates.iter().find(|d| d.index as usize == k);
+            for (k, (topic, bytes)) in counted.into_iter().enumerate() {
+                // A retry stored before is not counted again.
+                if duplicate(k).is_some() {
+                    continue;
+                }
                 broker.metrics.messages_in(&topic, message_type, &[bytes]);
                 if timed {
                     broker.metrics.timer_enqueue.get_or_create(&TopicLabels { topic }).inc();
                 }
             }
+            broker.metrics.send_duplicates.inc_by(duplicates.len() as u64);
+            // A retry answers with its first copy's id (so with the same
+            // transaction id or recall handle).
             Ok((0..n)
-                .map(|k| HeldId {
-                    index: placed.index,
-                    ordinal: placed.first_ordinal + k,
+                .map(|k| {
+                    duplicate(k as usize).map_or(
+                        HeldId {
+                            index: placed.index,
+                            ordinal: placed.first_ordinal + k,
+                        },
+                        |d| d.held_id(),
+                    )
                 })
                 .collect())
         }
