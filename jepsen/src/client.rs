@@ -255,12 +255,10 @@ impl Client {
 
     /// Sends `value` to `topic` as a timed message, invisible until `due`.
     /// (Its queue offset comes only when the broker releases it.)
-    pub async fn timed_send(&self, topic: &str, value: u64, due: SystemTime) -> Outcome<()> {
+    pub async fn timed_send(&self, topic: &str, value: u64, due: SystemTime, message_id: &str) -> Outcome<()> {
         let due = timestamp(due);
-        match self
-            .send_message(message(topic, value, message_id(), v2::MessageType::Delay, Some(due)))
-            .await
-        {
+        let m = message(topic, value, message_id.to_string(), v2::MessageType::Delay, Some(due));
+        match self.send_message(m).await {
             Outcome::Ok(_) => Outcome::Ok(()),
             Outcome::Fail(e) => Outcome::Fail(e),
             Outcome::Unknown(e) => Outcome::Unknown(e),
@@ -268,8 +266,8 @@ impl Client {
     }
 
     /// Sends `value` to `topic` as a transactional (half) message.
-    pub async fn txn_send(&self, topic: &str, value: u64) -> Outcome<Half> {
-        let m = message(topic, value, message_id(), v2::MessageType::Transaction, None);
+    pub async fn txn_send(&self, topic: &str, value: u64, message_id: &str) -> Outcome<Half> {
+        let m = message(topic, value, message_id.to_string(), v2::MessageType::Transaction, None);
         match self.send_message(m).await {
             Outcome::Ok(e) if e.transaction_id.is_empty() => {
                 Outcome::Unknown("a transactional send acknowledged without a transaction id".into())

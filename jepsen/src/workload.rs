@@ -27,11 +27,12 @@
 //! An operation with an unknown
 //! outcome retires its process (Jepsen's rule): the slot goes on as process
 //! `p + concurrency`. Reads have no
-//! effects, so a read that times out is a failure, not an unknown. A plain
-//! send with an unknown outcome is sent again, with the same value and
-//! message id, as the new process's next operation, up to
-//! [`SEND_ATTEMPTS`] attempts in all: the official clients retry a send
-//! that way, and the broker must store it once (its deduplication window).
+//! effects, so a read that times out is a failure, not an unknown. A send
+//! (plain, timed or transactional) with an unknown outcome is sent again,
+//! as it was (value, message id, due time), as the new process's next
+//! operation, up to [`SEND_ATTEMPTS`] attempts in all: the official clients
+//! retry a send that way, and the broker must store (hold, release) it once
+//! (its deduplication window).
 //!
 //! Held keys (`jepsen-held-<i>`, topics that take any message type) get
 //! held messages: a `timed-send` due 0.2 to 5 s later, and a `txn-send`
@@ -140,8 +141,26 @@ pub fn held_key_name(i: usize) -> String {
     format!("jepsen-held-{i}")
 }
 
-/// A plain send whose outcome was unknown, to be sent again.
+/// What a send is, beside its key and value.
+#[derive(Clone, Copy)]
+enum SendKind {
+    Plain,
+    /// Due at `due` on the wall clock (the broker's), `due_ns` on the
+    /// history's clock.
+    Timed {
+        due: SystemTime,
+        due_ns: u64,
+    },
+    /// How its process ends it (None: left to the check-back).
+    Txn {
+        resolution: Option<Resolution>,
+    },
+}
+
+/// A send, and how many times it was tried: a send whose outcome was
+/// unknown is sent again as it was, message id included.
 struct Retry {
+    kind: SendKind,
     key: String,
     value: u64,
     message_id: String,
@@ -211,75 +230,16 @@ impl Workload {
                     .watched(node, client.end_txn(&end.key, &end.half, end.resolution, false))
                     .await;
                 self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
-            } else if retry.is_some() || r < SEND_SHARE {
-                let Retry {
-                    key,
-                    value,
-                    message_id,
-                    attempts,
-                } = retry.take().unwrap_or_else(|| Retry {
-                    key: self.keys[rng.random_range(0..self.keys.len())].clone(),
-                    value: values.fetch_add(1, Ordering::Relaxed),
-                    message_id: client::message_id(),
-                    attempts: 0,
-                });
-                let call = |offset| Call::Send {
-                    key: key.clone(),
-                    value,
-                    offset,
-                };
-                self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                let out = self.watched(node, client.send(&key, value, &message_id)).await;
-                if matches!(out, Outcome::Unknown(_)) && attempts + 1 < SEND_ATTEMPTS {
+            } else if retry.is_some() || r < TXN_SHARE {
+                let send = retry.take().unwrap_or_else(|| self.draw_send(&mut rng, r, &values));
+                let (retire, unknown) = self.send(p, node, client, &send, &mut pending_end).await;
+                if unknown && send.attempts + 1 < SEND_ATTEMPTS {
                     retry = Some(Retry {
-                        key: key.clone(),
-                        value,
-                        message_id: message_id.clone(),
-                        attempts: attempts + 1,
+                        attempts: send.attempts + 1,
+                        ..send
                     });
                 }
-                self.recorder.complete(p, node, out, |o| call(Some(o)), call(None))
-            } else if r < TIMED_SHARE {
-                let key = self.held_keys[rng.random_range(0..self.held_keys.len())].clone();
-                let value = values.fetch_add(1, Ordering::Relaxed);
-                let delay = Duration::from_millis(rng.random_range(DELAY_MS));
-                // The broker gets the due time on the wall clock, the
-                // history on its own clock.
-                let call = Call::TimedSend {
-                    key: key.clone(),
-                    value,
-                    due: self.recorder.now() + delay.as_nanos() as u64,
-                };
-                self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
-                let out = self
-                    .watched(node, client.timed_send(&key, value, SystemTime::now() + delay))
-                    .await;
-                self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
-            } else if r < TXN_SHARE {
-                let key = self.held_keys[rng.random_range(0..self.held_keys.len())].clone();
-                let value = values.fetch_add(1, Ordering::Relaxed);
-                let resolution = match rng.random::<f64>() {
-                    x if x < 0.4 => Some(Resolution::Commit),
-                    x if x < 0.8 => Some(Resolution::Rollback),
-                    _ => None,
-                };
-                let call = |transaction_id| Call::TxnSend {
-                    key: key.clone(),
-                    value,
-                    transaction_id,
-                };
-                self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                let out = self.watched(node, client.txn_send(&key, value)).await;
-                if let (Outcome::Ok(half), Some(resolution)) = (&out, resolution) {
-                    pending_end = Some(PendingEnd {
-                        key: key.clone(),
-                        value,
-                        half: half.clone(),
-                        resolution,
-                    });
-                }
-                self.recorder
-                    .complete(p, node, out, |h| call(Some(h.transaction_id)), call(None))
+                retire
             } else {
                 match &mut assigned {
                     Some((key, pos, polls)) if *polls < POLLS_PER_ASSIGNMENT => {
@@ -334,6 +294,103 @@ impl Workload {
             if retire {
                 process += self.concurrency as u64;
                 assigned = None;
+            }
+        }
+    }
+
+    /// A new send of the kind `r` (below [`TXN_SHARE`]) draws.
+    fn draw_send(&self, rng: &mut StdRng, r: f64, values: &AtomicU64) -> Retry {
+        let value = values.fetch_add(1, Ordering::Relaxed);
+        let (kind, keys) = if r < SEND_SHARE {
+            (SendKind::Plain, &self.keys)
+        } else if r < TIMED_SHARE {
+            let delay = Duration::from_millis(rng.random_range(DELAY_MS));
+            // The broker gets the due time on the wall clock, the
+            // history on its own clock.
+            let kind = SendKind::Timed {
+                due: SystemTime::now() + delay,
+                due_ns: self.recorder.now() + delay.as_nanos() as u64,
+            };
+            (kind, &self.held_keys)
+        } else {
+            let resolution = match rng.random::<f64>() {
+                x if x < 0.4 => Some(Resolution::Commit),
+                x if x < 0.8 => Some(Resolution::Rollback),
+                _ => None,
+            };
+            (SendKind::Txn { resolution }, &self.held_keys)
+        };
+        Retry {
+            kind,
+            key: keys[rng.random_range(0..keys.len())].clone(),
+            value,
+            message_id: client::message_id(),
+            attempts: 0,
+        }
+    }
+
+    /// Sends `s` once, as process `p` to `node`, and records it; whether
+    /// the process retires, and whether the outcome was unknown. An ok
+    /// transactional send its process is to end sets `pending_end`.
+    async fn send(
+        &self,
+        p: Process,
+        node: u64,
+        client: &Client,
+        s: &Retry,
+        pending_end: &mut Option<PendingEnd>,
+    ) -> (bool, bool) {
+        let (key, value, id) = (&s.key, s.value, s.message_id.as_str());
+        match s.kind {
+            SendKind::Plain => {
+                let call = |offset| Call::Send {
+                    key: key.clone(),
+                    value,
+                    offset,
+                };
+                self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
+                let out = self.watched(node, client.send(key, value, id)).await;
+                let unknown = matches!(out, Outcome::Unknown(_));
+                (
+                    self.recorder.complete(p, node, out, |o| call(Some(o)), call(None)),
+                    unknown,
+                )
+            }
+            SendKind::Timed { due, due_ns } => {
+                let call = Call::TimedSend {
+                    key: key.clone(),
+                    value,
+                    due: due_ns,
+                };
+                self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
+                let out = self.watched(node, client.timed_send(key, value, due, id)).await;
+                let unknown = matches!(out, Outcome::Unknown(_));
+                (
+                    self.recorder.complete(p, node, out, |()| call.clone(), call.clone()),
+                    unknown,
+                )
+            }
+            SendKind::Txn { resolution } => {
+                let call = |transaction_id| Call::TxnSend {
+                    key: key.clone(),
+                    value,
+                    transaction_id,
+                };
+                self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
+                let out = self.watched(node, client.txn_send(key, value, id)).await;
+                if let (Outcome::Ok(half), Some(resolution)) = (&out, resolution) {
+                    *pending_end = Some(PendingEnd {
+                        key: key.clone(),
+                        value,
+                        half: half.clone(),
+                        resolution,
+                    });
+                }
+                let unknown = matches!(out, Outcome::Unknown(_));
+                let retire = self
+                    .recorder
+                    .complete(p, node, out, |h| call(Some(h.transaction_id)), call(None));
+                (retire, unknown)
             }
         }
     }

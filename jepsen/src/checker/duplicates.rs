@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::facts::{Attempt, Facts, MAX_REMEMBERED, Sink, Source};
+use super::facts::{Facts, MAX_REMEMBERED, Sink, Source};
 use super::report::CheckResult;
 
 pub(super) fn duplicates(f: &Facts) -> CheckResult {

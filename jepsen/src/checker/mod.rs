@@ -57,7 +57,7 @@
 //! 6. `held-messages`: timed and transactional messages. A held value is
 //!    never at two positions, whatever its send's outcome (`timed-duplicate`,
 //!    `txn-duplicate`: the broker releases each held message once, under a
-//!    guard, and never retries a send). An ok timed send is, once due (by
+//!    guard, and holds a retried send, deduplicated, once). An ok timed send is, once due (by
 //!    the history's clock, before the drain began), in the drain of every
 //!    node that drained its key (`timed-lost`); one read before it was due
 //!    is `timed-visible-early`, reported, not judged (a skewed leader clock
