@@ -22,6 +22,12 @@
 # three after the row. The last lines are new / base.
 # The load generator is NEW_BIN's `bench produce` for both, so only the
 # brokers differ. Ports: base 35000.
+#
+# BASE_SETUP / NEW_SETUP: raftmq arguments each cluster of that side is
+# given once it runs (with --namesrv appended), to compare settings of one
+# build, e.g. what the deduplication window costs:
+#   NEW_SETUP="cluster dedup --broker dev --window-ms 0" \
+#     bash benches/ab.sh target/release/raftmq target/release/raftmq
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 2 ] || { echo "usage: $0 BASE_BIN NEW_BIN" >&2; exit 2; }
@@ -67,6 +73,13 @@ for r in $(seq 1 "$runs"); do
     [ -f "$dir/dev.json" ] || { echo "raftmq dev did not start: $(tail -3 "$dir/dev.err")" >&2; exit 1; }
     pids=$(python3 -c "import json,sys;print(' '.join(str(n['pid']) for n in json.load(open(sys.argv[1]))['nodes']))" "$dir/dev.json")
     sleep 2
+    setup=${BASE_SETUP:-}
+    [ "$system" = new ] && setup=${NEW_SETUP:-}
+    if [ -n "$setup" ]; then
+      namesrv=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['namesrv_addr'])" "$dir/dev.json")
+      # shellcheck disable=SC2086 # the arguments are words on purpose
+      "$bin" $setup --namesrv "$namesrv" >/dev/null
+    fi
     echo "run $r/$runs: $system" >&2
     row "$system" "c=16-batch100" --concurrency 16 --batch 100
     row "$system" "c=64-single" --concurrency 64
