@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use super::connect::ask;
+use crate::filter::Filter;
 use crate::proto::pb;
 
 /// A client as one node sees it.
@@ -138,6 +139,27 @@ pub async fn consumers(namesrv: &str, group: &str, json: bool) -> anyhow::Result
     )
 }
 
+/// A subscription as `group status` compares it: its topic and its filter
+/// in canonical form, or the expression as written when it does not parse.
+type Filtered = (String, Result<Filter, (String, String)>);
+
+/// A client's subscriptions (topic, type, expression), in an order and
+/// form two clients that subscribe alike share, however they wrote it
+/// (`b || a` and `a||b`) and whichever node listed them.
+fn filtered(subs: &[(String, String, String)]) -> Vec<Filtered> {
+    let mut v: Vec<(String, String, String)> = subs.to_vec();
+    v.sort();
+    v.dedup();
+    let mut out: Vec<Filtered> = Vec::with_capacity(v.len());
+    for (topic, kind, expr) in v {
+        let f = Filter::canonical(&kind, &expr).ok_or((kind, expr));
+        if !out.iter().any(|(t, g)| *t == topic && *g == f) {
+            out.push((topic, f));
+        }
+    }
+    out
+}
+
 /// `raftmq group status` (mqadmin consumerStatus): each client of a
 /// consumer group with what it subscribes to and what it consumed through
 /// each node, and whether the group's clients agree on their
@@ -150,14 +172,12 @@ pub async fn consumer_status(namesrv: &str, group: &str, json: bool) -> anyhow::
         topic: String::new(),
     };
     let conns = gather(namesrv, filter).await?;
-    let mut kinds: Vec<&Vec<(String, String, String)>> = conns
+    let filters: Vec<Vec<Filtered>> = conns
         .iter()
         .filter(|c| !c.subscriptions.is_empty())
-        .map(|c| &c.subscriptions)
+        .map(|c| filtered(&c.subscriptions))
         .collect();
-    kinds.sort();
-    kinds.dedup();
-    let consistent = kinds.len() <= 1;
+    let consistent = filters.windows(2).all(|w| w[0] == w[1]);
     if json {
         println!(
             "{}",
@@ -218,4 +238,28 @@ pub async fn producers(namesrv: &str, topic: &str, json: bool) -> anyhow::Result
     };
     let conns = gather(namesrv, filter).await?;
     print(&conns, json, &format!("no producer of topic {topic} is connected"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::filtered;
+
+    fn subs(list: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+        list.iter()
+            .map(|(t, k, e)| (t.to_string(), k.to_string(), e.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn clients_that_subscribe_alike_agree_however_they_wrote_it() {
+        let a = subs(&[("T", "TAG", "b || a"), ("U", "SQL", "x > 1")]);
+        let b = subs(&[("U", "SQL", "x>1"), ("T", "TAG", "a||b"), ("T", "TAG", "b||a")]);
+        assert_eq!(filtered(&a), filtered(&b));
+        let c = subs(&[("T", "TAG", "a"), ("U", "SQL", "x > 1")]);
+        assert_ne!(filtered(&a), filtered(&c));
+        // An expression that does not parse is compared as written.
+        let bad = subs(&[("T", "SQL", "x LIKE")]);
+        assert_eq!(filtered(&bad), filtered(&bad));
+        assert_ne!(filtered(&bad), filtered(&subs(&[("T", "SQL", "x  LIKE")])));
+    }
 }

@@ -83,6 +83,25 @@ impl Filter {
         Ok(Filter::Tags(tags))
     }
 
+    /// The filter of a subscription as clients list it (`"SQL"` or a tag
+    /// expression), in the form two subscriptions that filter alike share:
+    /// tags sorted and named once, SQL parsed (so spacing and case of
+    /// keywords do not count). `None` when the expression does not parse.
+    pub fn canonical(expression_type: &str, expression: &str) -> Option<Filter> {
+        let f = match expression_type {
+            "SQL" | "SQL92" => Filter::sql(expression),
+            _ => Filter::tags(expression),
+        };
+        match f.ok()? {
+            Filter::Tags(mut tags) => {
+                tags.sort();
+                tags.dedup();
+                Some(Filter::Tags(tags))
+            }
+            f => Some(f),
+        }
+    }
+
     pub fn sql(expr: &str) -> Result<Filter, BrokerError> {
         SqlFilter::parse(expr)
             .map(Filter::Sql)
@@ -148,6 +167,17 @@ mod tests {
         assert!(Filter::tags(&many.join("||")).is_err());
         assert!(Filter::tags(&many[..MAX_TAGS].join("||")).is_ok());
         assert_eq!(Filter::of_v2(None).unwrap(), Filter::All);
+    }
+
+    #[test]
+    fn subscriptions_that_filter_alike_compare_equal() {
+        let c = Filter::canonical;
+        assert_eq!(c("TAG", "b || a"), c("TAG", "a||b||a"));
+        assert_eq!(c("TAG", "*"), c("TAG", ""));
+        assert_ne!(c("TAG", "a"), c("TAG", "a || b"));
+        assert_eq!(c("SQL", "a > 5 AND b = 'x'"), c("SQL", "a>5  and b='x'"));
+        assert_ne!(c("SQL", "b = 'x'"), c("SQL", "b = 'x '"));
+        assert_eq!(c("SQL", "a LIKE"), None);
     }
 
     #[test]

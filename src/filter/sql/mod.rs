@@ -166,10 +166,18 @@ use value::Value;
 pub const MAX_EXPRESSION_LEN: usize = 4096;
 
 /// A parsed SQL92 filter.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct SqlFilter {
     expression: String,
     root: Node,
+}
+
+/// Two filters are equal when they parse alike, however they were spelled
+/// (spacing, the case of keywords).
+impl PartialEq for SqlFilter {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+    }
 }
 
 impl SqlFilter {
