@@ -335,6 +335,16 @@ impl StateMachine {
                     let mut window = st.metadata.dedup.enabled().then_some(&mut st.sends);
                     let mut ordinal = 0u32;
                     for b in &batches {
+                        // A wiped write permission is a fence at its log
+                        // position: a send the leader admitted before the
+                        // wipe applied but ordered after it is refused
+                        // here, on every replica (the broker's own guarded
+                        // sends still go in).
+                        if st.metadata.writes_wiped {
+                            out.push(BatchOutcome::Rejected(WRITES_WIPED.into()));
+                            ordinal = ordinal.saturating_add(b.messages.len() as u32);
+                            continue;
+                        }
                         let held_at = held::is_system_topic(b.topic).then_some(HeldId {
                             index: entry.log_id.index,
                             ordinal,
@@ -750,6 +760,10 @@ fn hold(h: &mut Held, index: u64, batches: &[BatchView<'_>], outcomes: &[BatchOu
         ordinal = ordinal.saturating_add(b.messages.len() as u32);
     }
 }
+
+/// Why a producer's send ordered after [`AdminCommand::SetWritable`]
+/// `false` is refused.
+pub const WRITES_WIPED: &str = "the broker group's write permission is wiped: it takes no sends";
 
 /// Why the state machine refuses a batch, if it does.
 fn batch_refusal(md: &Metadata, b: &BatchView<'_>) -> Option<String> {

@@ -598,6 +598,65 @@ fn appended(first_queue_offset: u64, count: u32, duplicates: &[(u32, u32, u64)])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_write_permission_fences_the_sends_ordered_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: BTreeMap<u64, NodeAddr> = (1..=3).map(|id| (id, new_addr())).collect();
+    let mut nodes = Vec::new();
+    for (&id, addr) in &addrs {
+        nodes.push(
+            RaftNode::start(node_config(dir.path(), id, addr, &addrs))
+                .await
+                .unwrap(),
+        );
+    }
+    let l = leader(&nodes).await;
+    put_topic(&l).await;
+    assert_eq!(send_ids(&l, 0, &[1], 1000).await, appended(0, 1, &[]));
+    let writable = |writable| Command::admin(&AdminCommand::SetWritable { writable });
+    l.write(writable(false)).await.unwrap();
+    // A producer's send the leader admitted before the wipe applied, and
+    // so ordered after it (a race the broker's own check cannot close):
+    // refused at its place in the log.
+    let batch = |i| SendBatch {
+        topic: "T".into(),
+        queue_id: 0,
+        messages: vec![message(i)],
+    };
+    let (_, resp) = l.write(Command::send(&[batch(2)], 2000).unwrap()).await.unwrap();
+    assert_eq!(
+        resp,
+        Response::Sent(vec![BatchOutcome::Rejected(
+            raftmq_raft::state_machine::WRITES_WIPED.into()
+        )])
+    );
+    // The broker's own sends (guarded: retries, released timers) still go in.
+    let guard = AdminCommand::CommitOffset {
+        group: "G".into(),
+        topic: "T".into(),
+        queue_id: 0,
+        offset: 1,
+        bound: None,
+    };
+    let (_, resp) = l
+        .write(Command::guarded_send(&guard, &[batch(3)], 3000).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp, Response::Sent(vec![appended(1, 1, &[])]));
+    // Every replica refused the same send.
+    let last = l.sm.last_applied().unwrap().index;
+    for n in &nodes {
+        wait_applied(n, last).await;
+        assert_eq!(n.store.queue("T", 0).unwrap().max_offset(), 2, "node {}", n.id);
+    }
+    // Restored: sends go in again.
+    l.write(writable(true)).await.unwrap();
+    assert_eq!(send_ids(&l, 0, &[4], 4000).await, appended(2, 1, &[]));
+    for n in &nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_send_is_stored_once_across_leader_failover_and_restart() {
     let dir = tempfile::tempdir().unwrap();
     let addrs: BTreeMap<u64, NodeAddr> = (1..=3).map(|id| (id, new_addr())).collect();

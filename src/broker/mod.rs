@@ -464,7 +464,12 @@ impl Broker {
                     duplicates,
                 })
             }
-            BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
+            BatchOutcome::Rejected(why) => {
+                // Wiped after this send was admitted: the same refusal as
+                // one that came later.
+                self.check_group_writable()?;
+                Err(BrokerError::Invalid(why))
+            }
         }
     }
 

@@ -97,7 +97,10 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
                 })
                 .collect())
         }
-        BatchOutcome::Rejected(why) => Err(BrokerError::Invalid(why)),
+        BatchOutcome::Rejected(why) => {
+            broker.check_group_writable()?;
+            Err(BrokerError::Invalid(why))
+        }
     }
 }
 
