@@ -283,6 +283,15 @@ pub fn position(first_queue_offset: u64, queue_id: u32, duplicates: &[Duplicate]
     }
 }
 
+/// The batch's `k`th message's entry in `duplicates` (in batch order, as
+/// [`BatchOutcome::Appended`] holds them), if it was not stored again.
+pub fn duplicate(duplicates: &[Duplicate], k: u32) -> Option<&Duplicate> {
+    duplicates
+        .binary_search_by_key(&k, |d| d.index)
+        .ok()
+        .map(|i| &duplicates[i])
+}
+
 /// Why a payload is not a valid command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed command: {0}")]

@@ -744,7 +744,7 @@ fn hold(h: &mut Held, index: u64, batches: &[BatchView<'_>], outcomes: &[BatchOu
             for (k, (_, _, view)) in b.messages.iter().enumerate() {
                 // A retry of a held message is not held a second time: its
                 // first copy is (released once, ended once).
-                if duplicates.iter().any(|d| d.index == k as u32) {
+                if crate::command::duplicate(duplicates, k as u32).is_some() {
                     continue;
                 }
                 h.on_applied(
@@ -856,29 +856,26 @@ fn apply_batch(
             None
         };
         if let (Some(w), Some(key)) = (window.as_mut(), key) {
-            // Applied again after a restart (below the dispatch checkpoint):
-            // the queue holds the message; a snapshot must carry its offset
-            // to nodes whose queues will not.
-            let queue_offset = match offset {
-                Some(o) => o,
-                None => store
-                    .queue(b.topic, b.queue_id)
-                    .and_then(|cq| cq.offset_of_phys(phys).ok().flatten())
-                    .unwrap_or(UNKNOWN_OFFSET),
+            let (queue_id, queue_offset) = match (held_at, offset) {
+                // A held message's answer needs its first copy's HeldId, not
+                // its place in the system topic's one queue (see `Duplicate`).
+                (Some(at), _) => (at.ordinal.saturating_add(k as u32), at.index),
+                (None, Some(o)) => (b.queue_id, o),
+                // Applied again after a restart (below the dispatch
+                // checkpoint): the queue holds the message; a snapshot must
+                // carry its offset to nodes whose queues will not.
+                (None, None) => (
+                    b.queue_id,
+                    store
+                        .queue(b.topic, b.queue_id)
+                        .and_then(|cq| cq.offset_of_phys(phys).ok().flatten())
+                        .unwrap_or(UNKNOWN_OFFSET),
+                ),
             };
-            // A held message's answer needs its first copy's HeldId, not
-            // its place in the system topic's one queue (see `Duplicate`).
-            let original = match held_at {
-                Some(at) => Original {
-                    queue_id: at.ordinal.saturating_add(k as u32),
-                    queue_offset: at.index,
-                    phys,
-                },
-                None => Original {
-                    queue_id: b.queue_id,
-                    queue_offset,
-                    phys,
-                },
+            let original = Original {
+                queue_id,
+                queue_offset,
+                phys,
             };
             w.insert_key(key, dedup::topic_hash(b.topic), original);
         }

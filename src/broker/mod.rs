@@ -66,7 +66,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
-use raftmq_raft::command::{AdminCommand, BatchOutcome, Response, SendBatch, TopicConfig};
+use raftmq_raft::command::{self, AdminCommand, BatchOutcome, Response, SendBatch, TopicConfig};
 use raftmq_raft::consumption::GroupConfig;
 use raftmq_raft::message::MessageView;
 use raftmq_raft::tls::Dialer;
@@ -446,15 +446,18 @@ impl Broker {
                 duplicates,
             } => {
                 // Messages not stored again are not counted again.
-                let (mut fifo, mut normal) = (Vec::new(), Vec::with_capacity(sizes.len()));
-                for (k, &(is_fifo, bytes)) in sizes.iter().enumerate() {
-                    if duplicates.iter().any(|d| d.index as usize == k) {
-                        continue;
-                    }
-                    if is_fifo { &mut fifo } else { &mut normal }.push(bytes);
-                }
-                self.metrics.messages_in(topic, metric::NORMAL, &normal);
-                self.metrics.messages_in(topic, metric::FIFO, &fifo);
+                let dups = &duplicates;
+                let stored = |fifo: bool| {
+                    sizes
+                        .iter()
+                        .enumerate()
+                        .filter(move |&(k, &(is_fifo, _))| {
+                            is_fifo == fifo && command::duplicate(dups, k as u32).is_none()
+                        })
+                        .map(|(_, &(_, bytes))| bytes)
+                };
+                self.metrics.messages_in(topic, metric::NORMAL, stored(false));
+                self.metrics.messages_in(topic, metric::FIFO, stored(true));
                 self.metrics.send_duplicates.inc_by(duplicates.len() as u64);
                 self.metrics.send_latency.observe(started.elapsed().as_secs_f64());
                 Ok(Stored {
@@ -464,12 +467,7 @@ impl Broker {
                     duplicates,
                 })
             }
-            BatchOutcome::Rejected(why) => {
-                // Wiped after this send was admitted: the same refusal as
-                // one that came later.
-                self.check_group_writable()?;
-                Err(BrokerError::Invalid(why))
-            }
+            BatchOutcome::Rejected(why) => Err(self.batch_refused(why)),
         }
     }
 

@@ -8,7 +8,9 @@
 //!   NameServer's (from the heartbeat, sent at once on the change) and a
 //!   broker's own answer, so clients send to the other groups;
 //! - a producer's send that reaches the group anyway is refused with
-//!   `FORBIDDEN`, nothing stored;
+//!   `FORBIDDEN`, nothing stored: by the leader before it proposes, or by
+//!   the state machine when the send was ordered after the change
+//!   ([`raftmq_raft::state_machine::WRITES_WIPED`]);
 //! - what is already stored goes on: receives, acks, retries, dead
 //!   letters, due timers and transaction commits.
 
@@ -43,16 +45,30 @@ impl Broker {
 
     /// Refuses a producer's send while the group is out of writes.
     pub fn check_group_writable(&self) -> Result<(), BrokerError> {
-        if self.node.sm.writable() {
-            return Ok(());
+        match self.node.sm.writable() {
+            true => Ok(()),
+            false => Err(self.wiped()),
         }
-        Err(BrokerError::Refused(
+    }
+
+    /// The error for a batch the state machine refused (`why`): a send
+    /// ordered after the wipe gets the wipe's refusal, as one that came
+    /// later does.
+    pub fn batch_refused(&self, why: String) -> BrokerError {
+        match why == raftmq_raft::state_machine::WRITES_WIPED {
+            true => self.wiped(),
+            false => BrokerError::Invalid(why),
+        }
+    }
+
+    fn wiped(&self) -> BrokerError {
+        BrokerError::Refused(
             Code::Forbidden,
             format!(
                 "broker group {} takes no sends: its write permission is wiped for maintenance \
                  (raftmq cluster add-write-perm --broker {} restores it)",
                 self.cfg.group, self.cfg.group
             ),
-        ))
+        )
     }
 }

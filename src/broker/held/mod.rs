@@ -71,13 +71,13 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
     match placed.outcome {
         BatchOutcome::Appended { duplicates, .. } => {
             let message_type = if timed { metrics::DELAY } else { metrics::TRANSACTION };
-            let duplicate = |k: usize| duplicates.iter().find(|d| d.index as usize == k);
+            let duplicate = |k: u32| raftmq_raft::command::duplicate(&duplicates, k);
             for (k, (topic, bytes)) in counted.into_iter().enumerate() {
                 // A retry stored before is not counted again.
-                if duplicate(k).is_some() {
+                if duplicate(k as u32).is_some() {
                     continue;
                 }
-                broker.metrics.messages_in(&topic, message_type, &[bytes]);
+                broker.metrics.messages_in(&topic, message_type, [bytes]);
                 if timed {
                     broker.metrics.timer_enqueue.get_or_create(&TopicLabels { topic }).inc();
                 }
@@ -87,7 +87,7 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
             // transaction id or recall handle).
             Ok((0..n)
                 .map(|k| {
-                    duplicate(k as usize).map_or(
+                    duplicate(k).map_or(
                         HeldId {
                             index: placed.index,
                             ordinal: placed.first_ordinal + k,
@@ -97,10 +97,7 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
                 })
                 .collect())
         }
-        BatchOutcome::Rejected(why) => {
-            broker.check_group_writable()?;
-            Err(BrokerError::Invalid(why))
-        }
+        BatchOutcome::Rejected(why) => Err(broker.batch_refused(why)),
     }
 }
 

@@ -257,23 +257,27 @@ impl BrokerMetrics {
 
     /// Messages stored in `topic`, of their body `sizes`: one label lookup
     /// for the lot (this runs on the send path).
-    pub fn messages_in(&self, topic: &str, message_type: &'static str, sizes: &[usize]) {
-        if sizes.is_empty() {
+    pub fn messages_in(&self, topic: &str, message_type: &'static str, sizes: impl IntoIterator<Item = usize>) {
+        let mut sizes = sizes.into_iter().peekable();
+        if sizes.peek().is_none() {
             return;
         }
         let l = MessageLabels {
             topic: topic.to_string(),
             message_type,
         };
-        self.messages_in.get_or_create(&l).inc_by(sizes.len() as u64);
-        self.total_in.fetch_add(sizes.len() as u64, Ordering::Relaxed);
-        self.throughput_in
-            .get_or_create(&l)
-            .inc_by(sizes.iter().sum::<usize>() as u64);
-        let histogram = self.message_size.get_or_create(&l);
-        for size in sizes {
-            histogram.observe(*size as f64);
+        let (mut count, mut bytes) = (0u64, 0u64);
+        {
+            let histogram = self.message_size.get_or_create(&l);
+            for size in sizes {
+                histogram.observe(size as f64);
+                count += 1;
+                bytes += size as u64;
+            }
         }
+        self.messages_in.get_or_create(&l).inc_by(count);
+        self.total_in.fetch_add(count, Ordering::Relaxed);
+        self.throughput_in.get_or_create(&l).inc_by(bytes);
     }
 
     /// `count` messages (`bytes` of bodies) delivered to `group`.
