@@ -131,11 +131,17 @@ struct Clock {
 impl Clock {
     /// Moves the clock for an entry stamped `stamp_ms`; the new time.
     fn tick(&mut self, stamp_ms: u64) -> u64 {
-        match self.latest_stamp_ms {
-            None => self.now_ms = stamp_ms,
-            Some(latest) => self.now_ms += stamp_ms.saturating_sub(latest).min(MAX_CLOCK_STEP_MS),
-        }
-        self.latest_stamp_ms = Some(self.latest_stamp_ms.map_or(stamp_ms, |l| l.max(stamp_ms)));
+        let latest = match self.latest_stamp_ms {
+            None => {
+                self.now_ms = stamp_ms;
+                stamp_ms
+            }
+            Some(latest) => {
+                self.now_ms += stamp_ms.saturating_sub(latest).min(MAX_CLOCK_STEP_MS);
+                latest.max(stamp_ms)
+            }
+        };
+        self.latest_stamp_ms = Some(latest);
         self.now_ms
     }
 }
