@@ -158,19 +158,7 @@ async fn a_retried_timed_or_transactional_send_is_held_once() {
     let txn = first.entries[0].transaction_id.clone();
     assert!(!txn.is_empty());
     assert_eq!(again.entries[0].transaction_id, txn);
-    let end = c
-        .end_transaction(v2::EndTransactionRequest {
-            topic: resource("T"),
-            message_id: "H-1".into(),
-            transaction_id: txn,
-            resolution: v2::TransactionResolution::Commit as i32,
-            source: v2::TransactionSource::SourceClient as i32,
-            trace_context: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(code(&end.status), Code::Ok, "{end:?}");
+    assert_eq!(commit(&mut c, "T", "H-1", &txn).await, Code::Ok);
 
     // Each is released into T once, on every node: a second timer or half
     // would have come out by now too (2 s past the due time).

@@ -582,6 +582,26 @@ async fn send_ids(l: &RaftNode, queue_id: u32, ids: &[u64], at_ms: u64) -> Batch
     o.remove(0)
 }
 
+/// `batch` sent as the broker sends its own (retries, released timers):
+/// guarded by a commit of group G's offset on T, queue 0.
+async fn guarded_send(l: &RaftNode, batch: SendBatch, at_ms: u64) -> BatchOutcome {
+    let guard = AdminCommand::CommitOffset {
+        group: "G".into(),
+        topic: "T".into(),
+        queue_id: 0,
+        offset: 1,
+        bound: None,
+    };
+    let (_, resp) = l
+        .write(Command::guarded_send(&guard, &[batch], at_ms).unwrap())
+        .await
+        .unwrap();
+    let Response::Sent(mut o) = resp else {
+        panic!("{resp:?}")
+    };
+    o.remove(0)
+}
+
 fn appended(first_queue_offset: u64, count: u32, duplicates: &[(u32, u32, u64)]) -> BatchOutcome {
     BatchOutcome::Appended {
         first_queue_offset,
@@ -600,15 +620,7 @@ fn appended(first_queue_offset: u64, count: u32, duplicates: &[(u32, u32, u64)])
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_write_permission_fences_the_sends_ordered_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    let addrs: BTreeMap<u64, NodeAddr> = (1..=3).map(|id| (id, new_addr())).collect();
-    let mut nodes = Vec::new();
-    for (&id, addr) in &addrs {
-        nodes.push(
-            RaftNode::start(node_config(dir.path(), id, addr, &addrs))
-                .await
-                .unwrap(),
-        );
-    }
+    let nodes = start_group(dir.path()).await;
     let l = leader(&nodes).await;
     put_topic(&l).await;
     assert_eq!(send_ids(&l, 0, &[1], 1000).await, appended(0, 1, &[]));
@@ -630,18 +642,7 @@ async fn a_wiped_write_permission_fences_the_sends_ordered_after_it() {
         )])
     );
     // The broker's own sends (guarded: retries, released timers) still go in.
-    let guard = AdminCommand::CommitOffset {
-        group: "G".into(),
-        topic: "T".into(),
-        queue_id: 0,
-        offset: 1,
-        bound: None,
-    };
-    let (_, resp) = l
-        .write(Command::guarded_send(&guard, &[batch(3)], 3000).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(resp, Response::Sent(vec![appended(1, 1, &[])]));
+    assert_eq!(guarded_send(&l, batch(3), 3000).await, appended(1, 1, &[]));
     // Every replica refused the same send.
     let last = l.sm.last_applied().unwrap().index;
     for n in &nodes {
@@ -717,23 +718,12 @@ async fn a_retried_send_is_stored_once_across_leader_failover_and_restart() {
     assert_eq!(send_ids(&back, 1, &[3], ahead + 120_000).await, appended(13, 1, &[]));
     // The broker's own sends (guarded: retries, released timers) keep
     // their message ids and are never deduplicated.
-    let guard = AdminCommand::CommitOffset {
-        group: "G".into(),
-        topic: "T".into(),
-        queue_id: 0,
-        offset: 1,
-        bound: None,
-    };
     let batch = SendBatch {
         topic: "T".into(),
         queue_id: 0,
         messages: vec![message(4)],
     };
-    let (_, resp) = back
-        .write(Command::guarded_send(&guard, &[batch], 123_000).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(resp, Response::Sent(vec![appended(3, 1, &[])]));
+    assert_eq!(guarded_send(&back, batch, 123_000).await, appended(3, 1, &[]));
     back.shutdown().await.unwrap();
     for n in &nodes {
         n.shutdown().await.unwrap();
