@@ -225,21 +225,18 @@ impl Workload {
                     resolution: end.resolution,
                     transaction_id: end.half.transaction_id.clone(),
                 };
-                self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
-                let out = self
-                    .watched(node, client.end_txn(&end.key, &end.half, end.resolution, false))
-                    .await;
-                self.recorder.complete(p, node, out, |()| call.clone(), call.clone())
+                let ended = client.end_txn(&end.key, &end.half, end.resolution, false);
+                self.effect(p, node, call.clone(), ended, |()| call).await
             } else if retry.is_some() || r < TXN_SHARE {
                 let send = retry.take().unwrap_or_else(|| self.draw_send(&mut rng, r, &values));
-                let (retire, unknown) = self.send(p, node, client, &send, &mut pending_end).await;
+                let unknown = self.send(p, node, client, &send, &mut pending_end).await;
                 if unknown && send.attempts + 1 < SEND_ATTEMPTS {
                     retry = Some(Retry {
                         attempts: send.attempts + 1,
                         ..send
                     });
                 }
-                retire
+                unknown
             } else {
                 match &mut assigned {
                     Some((key, pos, polls)) if *polls < POLLS_PER_ASSIGNMENT => {
@@ -329,9 +326,26 @@ impl Workload {
         }
     }
 
+    /// Records `invoked` as process `p`'s operation on `node`, awaits
+    /// `call`, and records its completion (`ok` of an ok result); whether
+    /// the outcome was unknown, so that the process retires.
+    async fn effect<T>(
+        &self,
+        p: Process,
+        node: u64,
+        invoked: Call,
+        call: impl Future<Output = Outcome<T>>,
+        ok: impl FnOnce(T) -> Call,
+    ) -> bool {
+        self.recorder
+            .record(p, OpType::Invoke, invoked.clone(), Some(node), None);
+        let out = self.watched(node, call).await;
+        self.recorder.complete(p, node, out, ok, invoked)
+    }
+
     /// Sends `s` once, as process `p` to `node`, and records it; whether
-    /// the process retires, and whether the outcome was unknown. An ok
-    /// transactional send its process is to end sets `pending_end`.
+    /// the outcome was unknown (the process retires, the send is retried).
+    /// An ok transactional send its process is to end sets `pending_end`.
     async fn send(
         &self,
         p: Process,
@@ -339,7 +353,7 @@ impl Workload {
         client: &Client,
         s: &Retry,
         pending_end: &mut Option<PendingEnd>,
-    ) -> (bool, bool) {
+    ) -> bool {
         let (key, value, id) = (&s.key, s.value, s.message_id.as_str());
         match s.kind {
             SendKind::Plain => {
@@ -348,13 +362,8 @@ impl Workload {
                     value,
                     offset,
                 };
-                self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                let out = self.watched(node, client.send(key, value, id)).await;
-                let unknown = matches!(out, Outcome::Unknown(_));
-                (
-                    self.recorder.complete(p, node, out, |o| call(Some(o)), call(None)),
-                    unknown,
-                )
+                self.effect(p, node, call(None), client.send(key, value, id), |o| call(Some(o)))
+                    .await
             }
             SendKind::Timed { due, due_ns } => {
                 let call = Call::TimedSend {
@@ -362,13 +371,8 @@ impl Workload {
                     value,
                     due: due_ns,
                 };
-                self.recorder.record(p, OpType::Invoke, call.clone(), Some(node), None);
-                let out = self.watched(node, client.timed_send(key, value, due, id)).await;
-                let unknown = matches!(out, Outcome::Unknown(_));
-                (
-                    self.recorder.complete(p, node, out, |()| call.clone(), call.clone()),
-                    unknown,
-                )
+                let sent = client.timed_send(key, value, due, id);
+                self.effect(p, node, call.clone(), sent, |()| call).await
             }
             SendKind::Txn { resolution } => {
                 let call = |transaction_id| Call::TxnSend {
@@ -376,21 +380,19 @@ impl Workload {
                     value,
                     transaction_id,
                 };
-                self.recorder.record(p, OpType::Invoke, call(None), Some(node), None);
-                let out = self.watched(node, client.txn_send(key, value, id)).await;
-                if let (Outcome::Ok(half), Some(resolution)) = (&out, resolution) {
-                    *pending_end = Some(PendingEnd {
-                        key: key.clone(),
-                        value,
-                        half: half.clone(),
-                        resolution,
-                    });
-                }
-                let unknown = matches!(out, Outcome::Unknown(_));
-                let retire = self
-                    .recorder
-                    .complete(p, node, out, |h| call(Some(h.transaction_id)), call(None));
-                (retire, unknown)
+                let ok = |half: Half| {
+                    if let Some(resolution) = resolution {
+                        *pending_end = Some(PendingEnd {
+                            key: key.clone(),
+                            value,
+                            half: half.clone(),
+                            resolution,
+                        });
+                    }
+                    call(Some(half.transaction_id))
+                };
+                self.effect(p, node, call(None), client.txn_send(key, value, id), ok)
+                    .await
             }
         }
     }
