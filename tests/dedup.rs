@@ -142,10 +142,11 @@ async fn a_retried_timed_or_transactional_send_is_held_once() {
     });
     let first = send(&mut c, vec![timed.clone()]).await;
     assert_eq!(code(&first.status), Code::Ok, "{first:?}");
-    let again = send(&mut c, vec![timed]).await;
+    let again = send(&mut c, vec![timed.clone()]).await;
     assert_eq!(code(&again.status), Code::Ok, "{again:?}");
     assert!(!first.entries[0].recall_handle.is_empty());
     assert_eq!(again.entries[0].recall_handle, first.entries[0].recall_handle);
+    let first_timed = first;
 
     // A half message sent twice: the retry gets the same transaction id,
     // and one commit ends the one transaction.
@@ -160,6 +161,35 @@ async fn a_retried_timed_or_transactional_send_is_held_once() {
     assert_eq!(again.entries[0].transaction_id, txn);
     assert_eq!(commit(&mut c, "T", "H-1", &txn).await, Code::Ok);
 
+    // A third try of the timed send, arriving once its time has passed: it
+    // is still the held message's retry, not a new message due at once.
+    let wait = due.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    let late = send(&mut c, vec![timed]).await;
+    assert_eq!(code(&late.status), Code::Ok, "{late:?}");
+    assert_eq!(late.entries[0].recall_handle, first_timed.entries[0].recall_handle);
+
+    // A message due an hour ago is held too, and released at once.
+    let ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let since = ago.duration_since(std::time::UNIX_EPOCH).unwrap();
+    let mut overdue = msg("T", "D-2", b"overdue");
+    let sp = overdue.system_properties.as_mut().unwrap();
+    sp.message_type = v2::MessageType::Delay as i32;
+    sp.delivery_timestamp = Some(prost_types::Timestamp {
+        seconds: since.as_secs() as i64,
+        nanos: since.subsec_nanos() as i32,
+    });
+    let sent = Instant::now();
+    let r = send(&mut c, vec![overdue]).await;
+    assert_eq!(code(&r.status), Code::Ok, "{r:?}");
+    while !read_queue(&cluster, leader, 0).await.values().any(|id| id == "D-2") {
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "the overdue message was not released"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
     // Each is released into T once, on every node: a second timer or half
     // would have come out by now too (2 s past the due time).
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -168,15 +198,15 @@ async fn a_retried_timed_or_transactional_send_is_held_once() {
             let mut got: Vec<String> = read_queue(&cluster, id, 0).await.into_values().collect();
             got.sort();
             let settled = std::time::SystemTime::now() > due + Duration::from_secs(2);
-            if got == ["D-1", "H-1"] && settled {
+            if got == ["D-1", "D-2", "H-1"] && settled {
                 break;
             }
-            assert!(got.len() <= 2, "node {id} holds {got:?}");
+            assert!(got.len() <= 3, "node {id} holds {got:?}");
             assert!(Instant::now() < deadline, "node {id} holds {got:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     let node = cluster.node(leader);
     let duplicates = sum_of(&scrape(&node.metrics_addr), "raftmq_send_duplicates_total", &[]);
-    assert_eq!(duplicates, 2.0);
+    assert_eq!(duplicates, 3.0);
 }

@@ -27,12 +27,12 @@
 //! An operation with an unknown
 //! outcome retires its process (Jepsen's rule): the slot goes on as process
 //! `p + concurrency`. Reads have no
-//! effects, so a read that times out is a failure, not an unknown. A plain
-//! send with an unknown outcome is sent again, as it was (value, message
-//! id), as the new process's next operation, up to [`SEND_ATTEMPTS`]
-//! attempts in all: the official clients retry a send that way, and the
-//! broker must store it once (its deduplication window). Timed and
-//! transactional sends are not retried yet: see `slot`.
+//! effects, so a read that times out is a failure, not an unknown. A send
+//! (plain, timed or transactional) with an unknown outcome is sent again,
+//! as it was (value, message id, due time), as the new process's next
+//! operation, up to [`SEND_ATTEMPTS`] attempts in all: the official clients
+//! retry a send that way, and the broker must store (hold, release) it once
+//! (its deduplication window).
 //!
 //! Held keys (`jepsen-held-<i>`, topics that take any message type) get
 //! held messages: a `timed-send` due 0.2 to 5 s later, and a `txn-send`
@@ -127,7 +127,7 @@ pub const HELD_KEYS: usize = 2;
 const SEND_SHARE: f64 = 0.40;
 const TIMED_SHARE: f64 = 0.45;
 const TXN_SHARE: f64 = 0.50;
-/// Attempts at one plain send, the first included (the official clients'
+/// Attempts at one send (of any kind), the first included (the official clients'
 /// default `maxAttempts` for producers).
 pub const SEND_ATTEMPTS: u32 = 3;
 /// A timed message is due this many milliseconds after its send.
@@ -230,10 +230,7 @@ impl Workload {
             } else if retry.is_some() || r < TXN_SHARE {
                 let send = retry.take().unwrap_or_else(|| self.draw_send(&mut rng, r, &values));
                 let unknown = self.send(p, node, client, &send, &mut pending_end).await;
-                // Plain sends only, for now: a retried timed send was once
-                // released twice under a partition (CI, seed 12), which
-                // the broker's window does not yet explain.
-                if unknown && matches!(send.kind, SendKind::Plain) && send.attempts + 1 < SEND_ATTEMPTS {
+                if unknown && send.attempts + 1 < SEND_ATTEMPTS {
                     retry = Some(Retry {
                         attempts: send.attempts + 1,
                         ..send

@@ -247,8 +247,8 @@ pub fn incoming(m: v2::Message, topic: &TopicConfig, limits: &Limits<'_>) -> Res
     })
 }
 
-/// When a message becomes visible: a delivery time (due now or earlier
-/// means at once), a delay level, or a transaction's commit.
+/// When a message becomes visible: a delivery time (due now or earlier:
+/// released at once), a delay level, or a transaction's commit.
 fn hold_of(
     delivery: Option<prost_types::Timestamp>,
     kind: v2::MessageType,
@@ -309,11 +309,11 @@ fn hold_of(
             ),
         ));
     }
-    Ok(if due <= limits.now_ms {
-        Hold::None
-    } else {
-        Hold::Until(due)
-    })
+    // Due already, it is still held (and released at once): a retry of a
+    // send that was held must meet its first copy in the deduplication
+    // window, which knows it under the timer topic; stored straight into
+    // its topic, the retry would be a second copy.
+    Ok(Hold::Until(due))
 }
 
 /// The v2 message types a topic accepts.
@@ -569,8 +569,8 @@ mod tests {
             incoming(m, &delay, &limits(100)).unwrap().hold
         };
         assert_eq!(timed(1_002_500), Hold::Until(1_002_500));
-        // Due already: visible at once.
-        assert_eq!(timed(999_000), Hold::None);
+        // Due already: held all the same, and released at once.
+        assert_eq!(timed(999_000), Hold::Until(999_000));
         let level = |l: &str| {
             let mut m = msg(None);
             m.user_properties.insert(P_DELAY_LEVEL.into(), l.into());

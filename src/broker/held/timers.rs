@@ -3,9 +3,10 @@
 //!
 //! A timed message is stored at once in `rmq_sys_wheel_timer` and recorded in
 //! the replicated timer set ([`raftmq_raft::held`]). The leader looks at the
-//! set every [`TICK`]: whatever is due (by the leader's clock) is released
-//! in due order with one guarded send, so a message appears in its topic
-//! once, after its time, whichever leader does it. A new leader simply
+//! set every [`TICK`] (and at once when a message due already is held):
+//! whatever is due (by the leader's clock) is released in due order with
+//! one guarded send, so a message appears in its topic once, after its
+//! time, whichever leader does it. A new leader simply
 //! finds the due messages still in the set.
 //!
 //! A held copy older than `timer.roll_after_ms` whose message is not due
@@ -300,6 +301,9 @@ pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::tas
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+                // A message due already (a past delivery time) goes out
+                // now, not a tick later.
+                _ = broker.timer_due_soon.notified() => {}
             }
             if !broker.node.is_leader() || skipped_since.elapsed() >= RETRY_SKIPPED {
                 skipped.clear();
