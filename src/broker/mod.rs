@@ -131,9 +131,9 @@ pub struct Broker {
     /// Held messages this node admitted and has not seen applied yet
     /// (`limits.max_held_messages`, [`held::store`]).
     pub held_admitted: std::sync::atomic::AtomicUsize,
-    /// Wakes the timer loop when a message due within its tick was held
+    /// Wakes the timer loop when a timed message was held
     /// ([`held::timers`]).
-    pub timer_due_soon: tokio::sync::Notify,
+    pub timers_changed: tokio::sync::Notify,
 }
 
 impl Broker {
@@ -178,7 +178,7 @@ impl Broker {
             digests: lane::Lane::new("log digests", 1, DIGESTS_WAITING),
             sends: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_inflight_sends)),
             held_admitted: std::sync::atomic::AtomicUsize::new(0),
-            timer_due_soon: tokio::sync::Notify::new(),
+            timers_changed: tokio::sync::Notify::new(),
             live: runtime_config::LiveConfig::new(cfg.clone()),
             dialer: Dialer::new(tls),
             cfg,

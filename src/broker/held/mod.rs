@@ -37,7 +37,6 @@ pub struct ToHold {
 /// timed sends share entries as plain sends do) and returns their ids.
 pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Result<Vec<HeldId>, BrokerError> {
     internal_topic::ensure(&broker.node, system_topic).await?;
-    let soonest_due = msgs.iter().filter_map(|h| h.due_ms).min();
     let messages: Vec<Message> = msgs
         .into_iter()
         .map(|h| {
@@ -84,8 +83,10 @@ pub async fn store(broker: &Broker, system_topic: &str, msgs: Vec<ToHold>) -> Re
                 }
             }
             broker.metrics.send_duplicates.inc_by(duplicates.len() as u64);
-            if soonest_due.is_some_and(|due| due <= now_ms().saturating_add(timers::TICK.as_millis() as u64)) {
-                broker.timer_due_soon.notify_one();
+            // The timer loop works out its wait again: this one may be
+            // due sooner than it was sleeping for (or due already).
+            if timed {
+                broker.timers_changed.notify_one();
             }
             // A retry answers with its first copy's id (so with the same
             // transaction id or recall handle).

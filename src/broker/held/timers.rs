@@ -303,7 +303,7 @@ pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::tas
                 _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
                 // A message due already (a past delivery time) goes out
                 // now, not a tick later.
-                _ = broker.timer_due_soon.notified() => {}
+                _ = broker.timers_changed.notified() => {}
             }
             if !broker.node.is_leader() || skipped_since.elapsed() >= RETRY_SKIPPED {
                 skipped.clear();
