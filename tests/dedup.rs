@@ -132,21 +132,14 @@ async fn a_retried_timed_or_transactional_send_is_held_once() {
     // A timed message, due in 1.5 s, sent twice (its producer never saw the
     // first answer): the retry gets the first copy's recall handle.
     let due = std::time::SystemTime::now() + Duration::from_millis(1500);
-    let since = due.duration_since(std::time::UNIX_EPOCH).unwrap();
-    let mut timed = msg("T", "D-1", b"timed");
-    let sp = timed.system_properties.as_mut().unwrap();
-    sp.message_type = v2::MessageType::Delay as i32;
-    sp.delivery_timestamp = Some(prost_types::Timestamp {
-        seconds: since.as_secs() as i64,
-        nanos: since.subsec_nanos() as i32,
-    });
+    let timed = timed_msg("T", "D-1", b"timed", due);
     let first = send(&mut c, vec![timed.clone()]).await;
     assert_eq!(code(&first.status), Code::Ok, "{first:?}");
     let again = send(&mut c, vec![timed.clone()]).await;
     assert_eq!(code(&again.status), Code::Ok, "{again:?}");
     assert!(!first.entries[0].recall_handle.is_empty());
     assert_eq!(again.entries[0].recall_handle, first.entries[0].recall_handle);
-    let first_timed = first;
+    let recall_handle = first.entries[0].recall_handle.clone();
 
     // A half message sent twice: the retry gets the same transaction id,
     // and one commit ends the one transaction.
@@ -167,18 +160,15 @@ async fn a_retried_timed_or_transactional_send_is_held_once() {
     tokio::time::sleep(wait + Duration::from_millis(100)).await;
     let late = send(&mut c, vec![timed]).await;
     assert_eq!(code(&late.status), Code::Ok, "{late:?}");
-    assert_eq!(late.entries[0].recall_handle, first_timed.entries[0].recall_handle);
+    assert_eq!(late.entries[0].recall_handle, recall_handle);
 
     // A message due an hour ago is held too, and released at once.
-    let ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-    let since = ago.duration_since(std::time::UNIX_EPOCH).unwrap();
-    let mut overdue = msg("T", "D-2", b"overdue");
-    let sp = overdue.system_properties.as_mut().unwrap();
-    sp.message_type = v2::MessageType::Delay as i32;
-    sp.delivery_timestamp = Some(prost_types::Timestamp {
-        seconds: since.as_secs() as i64,
-        nanos: since.subsec_nanos() as i32,
-    });
+    let overdue = timed_msg(
+        "T",
+        "D-2",
+        b"overdue",
+        std::time::SystemTime::now() - Duration::from_secs(3600),
+    );
     let sent = Instant::now();
     let r = send(&mut c, vec![overdue]).await;
     assert_eq!(code(&r.status), Code::Ok, "{r:?}");

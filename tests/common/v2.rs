@@ -33,6 +33,19 @@ pub fn msg(topic: &str, id: &str, body: &[u8]) -> v2::Message {
     }
 }
 
+/// A DELAY message of `topic` due at `due`.
+pub fn timed_msg(topic: &str, id: &str, body: &[u8], due: std::time::SystemTime) -> v2::Message {
+    let since = due.duration_since(std::time::UNIX_EPOCH).unwrap();
+    let mut m = msg(topic, id, body);
+    let sp = m.system_properties.as_mut().unwrap();
+    sp.message_type = v2::MessageType::Delay as i32;
+    sp.delivery_timestamp = Some(prost_types::Timestamp {
+        seconds: since.as_secs() as i64,
+        nanos: since.subsec_nanos() as i32,
+    });
+    m
+}
+
 pub fn code(s: &Option<v2::Status>) -> Code {
     Code::try_from(s.as_ref().map_or(0, |s| s.code)).unwrap_or(Code::Unspecified)
 }

@@ -3,7 +3,7 @@
 //!
 //! A timed message is stored at once in `rmq_sys_wheel_timer` and recorded in
 //! the replicated timer set ([`raftmq_raft::held`]). The leader looks at the
-//! set every [`TICK`] (and at once when a message due already is held):
+//! set every [`TICK`] (and again whenever a timed message is held):
 //! whatever is due (by the leader's clock) is released in due order with
 //! one guarded send, so a message appears in its topic once, after its
 //! time, whichever leader does it. A new leader simply
@@ -301,8 +301,8 @@ pub fn spawn(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) -> tokio::tas
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
-                // A message due already (a past delivery time) goes out
-                // now, not a tick later.
+                // A timed message was held: it may be due before this
+                // wait ends (or be due already, a past delivery time).
                 _ = broker.timers_changed.notified() => {}
             }
             if !broker.node.is_leader() || skipped_since.elapsed() >= RETRY_SKIPPED {
